@@ -1,0 +1,90 @@
+//! The `opu` binary: info, asm and disasm, on the sample program kept in tests/data/.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn opu(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_opu")).args(args).output().expect("run opu")
+}
+
+fn sample() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/sample.s")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("opu-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn asm_disasm_round_trips_the_sample_program() {
+    let (bin, text, bin2) = (tmp("a.bin"), tmp("a.s"), tmp("b.bin"));
+    let out = opu(&["asm", s(&sample()), "-o", s(&bin)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&bin).unwrap();
+    assert_eq!(bytes.len(), 31 * 16, "the sample has 31 instructions");
+    assert!(opu(&["disasm", s(&bin), "-o", s(&text)]).status.success());
+    assert!(opu(&["asm", s(&text), "-o", s(&bin2)]).status.success());
+    assert_eq!(std::fs::read(&bin2).unwrap(), bytes, "asm(disasm(asm(sample))) differs from asm(sample)");
+    // The listing carries pcs and words and still assembles to the same program.
+    let listing = opu(&["disasm", "--listing", s(&bin)]);
+    let listing_text = String::from_utf8(listing.stdout).unwrap();
+    assert!(listing_text.lines().nth(30).unwrap().contains(";    30  00000000000000000000000000000001"));
+    std::fs::write(tmp("l.s"), &listing_text).unwrap();
+    assert!(opu(&["asm", s(&tmp("l.s")), "-o", s(&tmp("l.bin"))]).status.success());
+    assert_eq!(std::fs::read(tmp("l.bin")).unwrap(), bytes);
+}
+
+#[test]
+fn asm_into_a_container_and_disasm_it() {
+    let opu_file = tmp("p.opu");
+    let out = opu(&["asm", s(&sample()), "-o", s(&opu_file), "--container", "sim", "--entry", "decode"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c = opu_hw::Container::read(&opu_file).unwrap();
+    assert_eq!(c.config_hash, opu_hw::OverlayConfig::sim().hash());
+    assert_eq!(c.code("decode").unwrap().unwrap().len(), 31);
+    let text = String::from_utf8(opu(&["disasm", s(&opu_file)]).stdout).unwrap();
+    assert!(text.contains("code section `decode`") && text.contains("attn group=2 kvh=0 len=r1"), "{text}");
+}
+
+#[test]
+fn bad_input_fails_with_a_message_naming_file_and_line() {
+    let bad = tmp("bad.s");
+    std::fs::write(&bad, "end\n\nmatmul fmt=w4m out=f16 ntok=1 dst=0 src=0 rows=70000 cols=32 w=0\n").unwrap();
+    let out = opu(&["asm", s(&bad), "-o", s(&tmp("bad.bin"))]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("bad.s: line 3") && err.contains("`rows` = 70000 does not fit its 16 bits"), "{err}");
+
+    let trunc = tmp("trunc.bin");
+    std::fs::write(&trunc, [1u8; 20]).unwrap();
+    let out = opu(&["disasm", s(&trunc)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("trunc.bin") && err.contains("not a multiple of 16"), "{err}");
+
+    let out = opu(&["disasm", s(&tmp("missing.bin"))]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("missing.bin"));
+
+    let out = opu(&["info", "--config", "u999"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("unknown overlay preset `u999`"));
+}
+
+#[test]
+fn info_json_lists_presets_isa_and_registers() {
+    let out = opu(&["info", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let u280 = v["configs"].as_array().unwrap().iter().find(|c| c["name"] == "u280").unwrap();
+    assert_eq!(u280["peak_bandwidth_gb_per_s"], 460.8);
+    assert_eq!(u280["hash"], format!("{:#018x}", opu_hw::OverlayConfig::u280().hash()));
+    assert_eq!(v["isa"].as_array().unwrap().len(), opu_hw::isa::SPECS.len());
+    assert!(v["registers"].as_array().unwrap().iter().any(|r| r["name"] == "ERROR_PC"));
+}

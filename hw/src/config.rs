@@ -1,0 +1,326 @@
+//! The overlay configuration: one description of the hardware that the RTL generator, the simulators, the
+//! compiler and the runtime all read. Programs carry [`OverlayConfig::hash`]; the hardware exposes it in the
+//! `CONFIG_HASH` registers, so a program built for another overlay is refused before it runs.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+use crate::hash::fnv1a64;
+use crate::numerics::BLOCK;
+
+/// Largest number of tokens one `MATMUL` may carry (the width of the token field in the encoding).
+pub const MAX_BATCH_LIMIT: u32 = 64;
+
+/// The hardware parameters of one overlay build.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverlayConfig {
+    /// Preset or user name. Not part of the hash: a renamed copy is the same hardware.
+    pub name: String,
+    /// PE lanes: output rows computed in parallel by the PE array.
+    pub pe_lanes: u32,
+    /// Dot-product width of a lane: activation x weight products per lane per cycle. A power of two that
+    /// divides the block size (32) or is a multiple of it.
+    pub dot_width: u32,
+    /// Signed width of a block-aligned activation mantissa (sign included), 8..=16. See docs/numerics.md.
+    pub act_mantissa_bits: u32,
+    /// Elements per cycle of the vector / nonlinear unit.
+    pub vector_lanes: u32,
+    /// Largest `ntok` of a `MATMUL` (tokens sharing one pass over a weight stream), 1..=64.
+    pub max_batch: u32,
+    /// On-chip scratchpad (activations, vectors, tables), bytes. Addressed in 4-byte words by the ISA.
+    pub scratchpad_bytes: u32,
+    /// Weight stream FIFO between the memory system and the PE array, bytes.
+    pub weight_fifo_bytes: u32,
+    /// Tokens the on-chip KV history buffer holds (SkipOPU cross-layer KV reuse).
+    pub kv_history_slots: u32,
+    /// FP16 elements of K (and as many of V) per token that a history slot holds: kv heads x head dim.
+    pub kv_history_width: u32,
+    /// Device (HBM/DDR) memory, bytes.
+    pub device_memory_bytes: u64,
+    /// Independent memory channels.
+    pub mem_channels: u32,
+    /// Data width of one channel, bits.
+    pub mem_channel_bits: u32,
+    /// Memory clock, MHz (one transfer of `mem_channel_bits` per channel per memory clock).
+    pub mem_clock_mhz: u32,
+    /// Latency of a memory read from request to first data, core cycles.
+    pub mem_latency_cycles: u32,
+    /// Core (PE array) clock, MHz.
+    pub core_clock_mhz: u32,
+}
+
+/// A configuration that cannot be built, named by its field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("overlay config field `{field}` = {value}: {expected}")]
+    Field { field: &'static str, value: String, expected: String },
+    #[error("unknown overlay preset `{0}` (known: {known})", known = OverlayConfig::PRESETS.join(", "))]
+    UnknownPreset(String),
+    #[error("overlay config {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("overlay config {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+impl OverlayConfig {
+    /// Names accepted by [`OverlayConfig::preset`].
+    pub const PRESETS: &'static [&'static str] = &["sim", "u280"];
+
+    /// Small overlay that Verilator simulates quickly: 8 lanes x 32 = 256 MACs per cycle.
+    pub fn sim() -> Self {
+        OverlayConfig {
+            name: "sim".into(),
+            pe_lanes: 8,
+            dot_width: 32,
+            act_mantissa_bits: 16,
+            vector_lanes: 8,
+            max_batch: 16,
+            scratchpad_bytes: 1 << 20,
+            weight_fifo_bytes: 16 << 10,
+            kv_history_slots: 2048,
+            kv_history_width: 256,
+            device_memory_bytes: 1 << 30,
+            mem_channels: 4,
+            mem_channel_bits: 256,
+            mem_clock_mhz: 450,
+            mem_latency_cycles: 64,
+            core_clock_mhz: 225,
+        }
+    }
+
+    /// The SkipOPU-class card: Alveo U280, 225 MHz core, 32 HBM pseudo-channels x 256 bit at 450 MHz
+    /// (460.8 GB/s, 2048 bytes per core cycle). 128 lanes x 32 = 4096 MACs per cycle consume a Q4_1 stream of
+    /// 5 bits per weight at 2560 bytes per cycle, so the array is just faster than the memory: decode stays
+    /// bandwidth-bound. At 2 W4 products per DSP48E2 the array needs 2048 of the card's 9024 DSPs. The
+    /// history buffer (4096 tokens x 256 x K,V x FP16 = 4 MiB) and the 4 MiB scratchpad fit its 34 MB URAM.
+    pub fn u280() -> Self {
+        OverlayConfig {
+            name: "u280".into(),
+            pe_lanes: 128,
+            dot_width: 32,
+            act_mantissa_bits: 16,
+            vector_lanes: 64,
+            max_batch: 64,
+            scratchpad_bytes: 4 << 20,
+            weight_fifo_bytes: 256 << 10,
+            kv_history_slots: 4096,
+            kv_history_width: 256,
+            device_memory_bytes: 8 << 30,
+            mem_channels: 32,
+            mem_channel_bits: 256,
+            mem_clock_mhz: 450,
+            mem_latency_cycles: 120,
+            core_clock_mhz: 225,
+        }
+    }
+
+    /// A named preset.
+    pub fn preset(name: &str) -> Result<Self, ConfigError> {
+        let c = match name {
+            "sim" => Self::sim(),
+            "u280" => Self::u280(),
+            other => return Err(ConfigError::UnknownPreset(other.to_string())),
+        };
+        debug_assert!(c.validate().is_ok());
+        Ok(c)
+    }
+
+    /// A preset name, or else a path to a TOML file.
+    pub fn from_name_or_path(s: &str) -> Result<Self, ConfigError> {
+        if Self::PRESETS.contains(&s) {
+            Self::preset(s)
+        } else if Path::new(s).exists() {
+            Self::load(Path::new(s))
+        } else {
+            Err(ConfigError::UnknownPreset(s.to_string()))
+        }
+    }
+
+    /// Parses and validates TOML.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let c: OverlayConfig = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("OverlayConfig serializes to TOML")
+    }
+
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Io { path: path.display().to_string(), source })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        std::fs::write(path, self.to_toml())
+            .map_err(|source| ConfigError::Io { path: path.display().to_string(), source })
+    }
+
+    /// Checks every field; the first violation is returned, named by its field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn bad(field: &'static str, value: impl ToString, expected: impl ToString) -> Result<(), ConfigError> {
+            Err(ConfigError::Field { field, value: value.to_string(), expected: expected.to_string() })
+        }
+        let block = BLOCK as u32;
+        if self.pe_lanes == 0 || self.pe_lanes > 4096 {
+            return bad("pe_lanes", self.pe_lanes, "expected 1..=4096");
+        }
+        if !self.dot_width.is_power_of_two() || !(4..=256).contains(&self.dot_width) {
+            return bad("dot_width", self.dot_width, "expected a power of two in 4..=256");
+        }
+        if block % self.dot_width != 0 && self.dot_width % block != 0 {
+            return bad("dot_width", self.dot_width, "expected a divisor or a multiple of the block size 32");
+        }
+        if !(8..=16).contains(&self.act_mantissa_bits) {
+            return bad("act_mantissa_bits", self.act_mantissa_bits, "expected 8..=16");
+        }
+        if self.vector_lanes == 0 || !self.vector_lanes.is_power_of_two() || self.vector_lanes > 1024 {
+            return bad("vector_lanes", self.vector_lanes, "expected a power of two in 1..=1024");
+        }
+        if self.max_batch == 0 || self.max_batch > MAX_BATCH_LIMIT {
+            return bad("max_batch", self.max_batch, format!("expected 1..={MAX_BATCH_LIMIT}"));
+        }
+        // Scratchpad word addresses are 20 bits wide in the encoding.
+        if self.scratchpad_bytes < 4096 || self.scratchpad_bytes > 4 << 20 || self.scratchpad_bytes % 4 != 0 {
+            return bad("scratchpad_bytes", self.scratchpad_bytes, "expected a multiple of 4 in 4096..=4194304");
+        }
+        if self.weight_fifo_bytes < 1024 || !self.weight_fifo_bytes.is_power_of_two() {
+            return bad("weight_fifo_bytes", self.weight_fifo_bytes, "expected a power of two >= 1024");
+        }
+        if self.kv_history_width % 16 != 0 || self.kv_history_width > 4096 {
+            return bad("kv_history_width", self.kv_history_width, "expected a multiple of 16, at most 4096");
+        }
+        if self.kv_history_slots > 1 << 20 {
+            return bad("kv_history_slots", self.kv_history_slots, "expected at most 1048576");
+        }
+        // Memory addresses are 32-bit line (32-byte) numbers in the encoding.
+        if self.device_memory_bytes < 1 << 20
+            || self.device_memory_bytes > 32u64 << 32
+            || self.device_memory_bytes % crate::isa::LINE_BYTES != 0
+        {
+            return bad("device_memory_bytes", self.device_memory_bytes, "expected a multiple of 32 in 1 MiB..=128 GiB");
+        }
+        if self.mem_channels == 0 || self.mem_channels > 64 {
+            return bad("mem_channels", self.mem_channels, "expected 1..=64");
+        }
+        if ![32, 64, 128, 256, 512, 1024].contains(&self.mem_channel_bits) {
+            return bad("mem_channel_bits", self.mem_channel_bits, "expected 32, 64, 128, 256, 512 or 1024");
+        }
+        if self.mem_clock_mhz == 0 || self.mem_clock_mhz > 4000 {
+            return bad("mem_clock_mhz", self.mem_clock_mhz, "expected 1..=4000");
+        }
+        if self.core_clock_mhz == 0 || self.core_clock_mhz > 1000 {
+            return bad("core_clock_mhz", self.core_clock_mhz, "expected 1..=1000");
+        }
+        if self.mem_latency_cycles > 10_000 {
+            return bad("mem_latency_cycles", self.mem_latency_cycles, "expected at most 10000");
+        }
+        Ok(())
+    }
+
+    /// Stable 64-bit identity of the hardware: FNV-1a over every field but `name`, in declaration order,
+    /// little-endian. Changing a field's meaning or adding a field changes the hash; that is the point.
+    pub fn hash(&self) -> u64 {
+        let mut bytes = Vec::with_capacity(128);
+        bytes.extend_from_slice(b"opu-overlay-config-v1");
+        for v in [
+            self.pe_lanes,
+            self.dot_width,
+            self.act_mantissa_bits,
+            self.vector_lanes,
+            self.max_batch,
+            self.scratchpad_bytes,
+            self.weight_fifo_bytes,
+            self.kv_history_slots,
+            self.kv_history_width,
+        ] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&self.device_memory_bytes.to_le_bytes());
+        for v in [
+            self.mem_channels,
+            self.mem_channel_bits,
+            self.mem_clock_mhz,
+            self.mem_latency_cycles,
+            self.core_clock_mhz,
+        ] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        fnv1a64(&bytes)
+    }
+
+    /// Multiply-accumulates per core cycle of the PE array.
+    pub fn macs_per_cycle(&self) -> u64 {
+        u64::from(self.pe_lanes) * u64::from(self.dot_width)
+    }
+
+    /// Peak device-memory bandwidth, bytes per second.
+    pub fn peak_bandwidth_bytes_per_s(&self) -> f64 {
+        f64::from(self.mem_channels) * f64::from(self.mem_channel_bits) / 8.0 * f64::from(self.mem_clock_mhz) * 1e6
+    }
+
+    /// Peak device-memory bytes per core cycle.
+    pub fn peak_bytes_per_cycle(&self) -> f64 {
+        self.peak_bandwidth_bytes_per_s() / (f64::from(self.core_clock_mhz) * 1e6)
+    }
+
+    /// Bytes of the on-chip KV history buffer (K and V, FP16).
+    pub fn kv_history_bytes(&self) -> u64 {
+        u64::from(self.kv_history_slots) * u64::from(self.kv_history_width) * 2 * 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_validate_and_differ() {
+        for name in OverlayConfig::PRESETS {
+            OverlayConfig::preset(name).unwrap().validate().unwrap();
+        }
+        assert_ne!(OverlayConfig::sim().hash(), OverlayConfig::u280().hash());
+    }
+
+    #[test]
+    fn u280_figures() {
+        let c = OverlayConfig::u280();
+        assert_eq!(c.peak_bandwidth_bytes_per_s(), 460.8e9);
+        assert_eq!(c.peak_bytes_per_cycle(), 2048.0);
+    }
+
+    #[test]
+    fn hash_is_stable_and_ignores_name() {
+        // Burnt into programs: if this changes, every compiled program is refused. Change on purpose only.
+        assert_eq!(OverlayConfig::sim().hash(), 0x7bd7_c77d_545e_94cd_u64, "{:#x}", OverlayConfig::sim().hash());
+        let mut renamed = OverlayConfig::sim();
+        renamed.name = "other".into();
+        assert_eq!(renamed.hash(), OverlayConfig::sim().hash());
+        let mut changed = OverlayConfig::sim();
+        changed.pe_lanes = 16;
+        assert_ne!(changed.hash(), OverlayConfig::sim().hash());
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        let c = OverlayConfig::u280();
+        assert_eq!(OverlayConfig::from_toml(&c.to_toml(), "test").unwrap(), c);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut c = OverlayConfig::sim();
+        c.dot_width = 48;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("`dot_width` = 48") && e.contains("power of two"), "{e}");
+        let text = OverlayConfig::sim().to_toml().replace("act_mantissa_bits = 16", "act_mantissa_bits = 20");
+        let e = OverlayConfig::from_toml(&text, "my.toml").unwrap_err().to_string();
+        assert!(e.contains("act_mantissa_bits") && e.contains("8..=16"), "{e}");
+        let e = OverlayConfig::from_toml("pe_lanes = 3", "my.toml").unwrap_err().to_string();
+        assert!(e.contains("my.toml") && e.contains("missing field"), "{e}");
+    }
+}

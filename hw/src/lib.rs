@@ -1,0 +1,23 @@
+//! `opu-hw`: the contract every other part of OPU agrees through.
+//!
+//! - [`config`]: the overlay configuration, its presets and its stable hash.
+//! - [`isa`]: instructions, their 128-bit encoding, the text assembler and disassembler.
+//! - [`regs`]: the MMIO register map.
+//! - [`container`]: the program container (what the compiler writes and the runtime loads).
+//! - [`numerics`]: every datapath operation as a bit-exact Rust function.
+//! - [`device`]: the `Device` trait that simulators, the emulated card and the PCIe driver implement.
+//!
+//! Nothing here depends on another OPU crate; everything else depends on this.
+
+pub mod config;
+pub mod container;
+pub mod device;
+pub mod hash;
+pub mod isa;
+pub mod numerics;
+pub mod regs;
+
+pub use config::{ConfigError, OverlayConfig};
+pub use container::{Container, ContainerError, Section, SectionKind};
+pub use device::{Device, DeviceError};
+pub use isa::{Instr, IsaError};

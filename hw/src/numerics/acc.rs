@@ -1,0 +1,243 @@
+//! The wide accumulator: an exact fixed-point sum with 32 fraction bits, and its final rounding.
+//!
+//! Rule (docs/numerics.md, "Accumulator"): every term added to an accumulator is an exact product
+//! `int * 2^exp`; it enters as `floor(int * 2^(exp + 32))` (an arithmetic right shift: bits below 2^-32 are
+//! dropped toward minus infinity). Additions are exact integer additions, so the result does not depend on
+//! the order of the terms: the PE array, the simulator and any thread split give the same bits. The
+//! hardware register is 96 bits (two's complement); for the operand ranges the ISA allows (at most 65535
+//! columns) no sum can exceed it (see docs/numerics.md), so there is no saturation. The model holds it in an
+//! `i128`. A `nonfinite` flag is sticky: any infinite or NaN input makes the final result the canonical NaN.
+//! The result is rounded once, to nearest with ties to even, to FP16 or FP32 (overflow to infinity).
+
+use super::fp16::{F16_NAN, F32_NAN_BITS};
+
+/// Fraction bits of the accumulator.
+pub const FRAC_BITS: i32 = 32;
+/// Width of the hardware accumulator register, bits.
+pub const ACC_BITS: u32 = 96;
+/// Terms must stay below 2^MAX_TERM_BITS accumulator units.
+pub const MAX_TERM_BITS: i32 = 78;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WideAcc {
+    /// Value * 2^32, exact.
+    pub fixed: i128,
+    pub nonfinite: bool,
+}
+
+impl WideAcc {
+    pub const ZERO: WideAcc = WideAcc { fixed: 0, nonfinite: false };
+
+    /// Adds `floor(int * 2^(exp + 32))`. A term of magnitude 2^78 or more (2^46 in value; only an FP32
+    /// operand can be that large) sets `nonfinite` instead: with at most 2^16 terms the register then never
+    /// overflows.
+    #[inline]
+    pub fn add_scaled(&mut self, int: i128, exp: i32) {
+        let sh = exp + FRAC_BITS;
+        let bits = 128 - int.unsigned_abs().leading_zeros() as i32;
+        if bits + sh > MAX_TERM_BITS {
+            self.nonfinite = true;
+        } else {
+            self.fixed += shift_floor(int, sh);
+        }
+    }
+
+    /// Adds an FP16 value exactly (every FP16 value is a multiple of 2^-24).
+    pub fn add_f16(&mut self, bits: u16) {
+        match super::fp16::parts(bits) {
+            Some(p) => self.add_scaled(i128::from(p.signed()), p.exponent - 25),
+            None => self.nonfinite = true,
+        }
+    }
+
+    /// Adds an FP32 value (bits below 2^-32 floor).
+    pub fn add_f32(&mut self, x: f32) {
+        if x.is_finite() {
+            let (sig, exp) = super::fp16::f32_parts(x);
+            self.add_scaled(sig, exp);
+        } else {
+            self.nonfinite = true;
+        }
+    }
+
+    /// Adds another accumulator (partial sums of one dot product).
+    #[inline]
+    pub fn merge(&mut self, other: &WideAcc) {
+        self.fixed += other.fixed;
+        self.nonfinite |= other.nonfinite;
+    }
+
+    /// Rounds to FP16 bits (nearest, ties to even; overflow to infinity; canonical NaN).
+    pub fn to_f16(&self) -> u16 {
+        if self.nonfinite {
+            return F16_NAN;
+        }
+        round_fixed(self.fixed, -FRAC_BITS, &F16_FORMAT) as u16
+    }
+
+    /// Rounds to FP32 (nearest, ties to even; overflow to infinity; canonical NaN).
+    pub fn to_f32(&self) -> f32 {
+        if self.nonfinite {
+            return f32::from_bits(F32_NAN_BITS);
+        }
+        f32::from_bits(round_fixed(self.fixed, -FRAC_BITS, &F32_FORMAT) as u32)
+    }
+}
+
+/// `floor(v * 2^sh)`; the caller keeps `v * 2^sh` within `i128`.
+#[inline]
+pub fn shift_floor(v: i128, sh: i32) -> i128 {
+    if sh >= 0 {
+        v << sh
+    } else if sh > -127 {
+        v >> -sh
+    } else if v < 0 {
+        -1
+    } else {
+        0
+    }
+}
+
+/// An IEEE binary format for [`round_fixed`].
+pub struct FloatFormat {
+    /// Precision in bits, hidden bit included.
+    pub precision: u32,
+    /// Exponent of the smallest normal value (unbiased).
+    pub emin: i32,
+    /// Exponent of the largest finite value (unbiased).
+    pub emax: i32,
+    pub bias: i32,
+    /// Total width (sign at bit width-1).
+    pub width: u32,
+}
+
+pub const F16_FORMAT: FloatFormat = FloatFormat { precision: 11, emin: -14, emax: 15, bias: 15, width: 16 };
+pub const F32_FORMAT: FloatFormat = FloatFormat { precision: 24, emin: -126, emax: 127, bias: 127, width: 32 };
+
+/// Rounds the exact value `v * 2^lsb_exp` to the nearest value of `fmt`, ties to even, with subnormals and
+/// overflow to infinity; returns the bit pattern. An exact zero is +0; a negative value too small to
+/// represent rounds to -0 (IEEE).
+pub fn round_fixed(v: i128, lsb_exp: i32, fmt: &FloatFormat) -> u64 {
+    let sign = if v < 0 { 1u64 << (fmt.width - 1) } else { 0 };
+    let mag = v.unsigned_abs();
+    if mag == 0 {
+        return 0;
+    }
+    let p = fmt.precision as i32;
+    let msb = 127 - mag.leading_zeros() as i32;
+    let lead_exp = msb + lsb_exp;
+    // Exponent of the last kept bit: normal numbers keep `p` bits, subnormals stop at emin - (p - 1).
+    let mut q = lead_exp.max(fmt.emin) - (p - 1);
+    let shift = q - lsb_exp;
+    let mut m = if shift <= 0 {
+        mag << -shift
+    } else if shift >= 128 {
+        0 // the whole value is below half of the smallest step (mag < 2^127 <= half)
+    } else {
+        let kept = mag >> shift;
+        let rem = mag & ((1u128 << shift) - 1);
+        let half = 1u128 << (shift - 1);
+        if rem > half || (rem == half && kept & 1 == 1) {
+            kept + 1
+        } else {
+            kept
+        }
+    };
+    if m == 1u128 << p {
+        m >>= 1;
+        q += 1;
+    }
+    let hidden = 1u128 << (p - 1);
+    let exp_field = if m >= hidden { q + (p - 1) + fmt.bias } else { 0 };
+    if m >= hidden && q + (p - 1) > fmt.emax {
+        let inf = ((1u64 << (fmt.width - 1 - (p as u32 - 1))) - 1) << (p - 1);
+        return sign | inf;
+    }
+    sign | (exp_field as u64) << (p - 1) | (m & (hidden - 1)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+    use rand::{Rng, SeedableRng};
+
+    /// Oracle: the FP16 value nearest to `x` (exact in f64), ties to the even pattern, found by comparing
+    /// exact distances to the neighbours of a first guess.
+    fn nearest_f16(x: f64) -> u16 {
+        let guess = f16::from_f64(x).to_bits();
+        let cands = [guess.wrapping_sub(1), guess, guess.wrapping_add(1)];
+        let mut best = guess;
+        let mut best_d = f64::INFINITY;
+        for c in cands {
+            let v = f64::from(f16::from_bits(c).to_f32());
+            if !v.is_finite() || (v < 0.0) != (x < 0.0) && v != 0.0 {
+                continue;
+            }
+            let d = (v - x).abs();
+            if d < best_d || (d == best_d && c & 1 == 0) {
+                best = c;
+                best_d = d;
+            }
+        }
+        if x.abs() >= 65520.0 {
+            return if x > 0.0 { 0x7C00 } else { 0xFC00 };
+        }
+        if best & 0x7FFF == 0 && x < 0.0 { 0x8000 } else if best & 0x7FFF == 0 { 0 } else { best }
+    }
+
+    #[test]
+    fn rounding_matches_ieee_conversions() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        for i in 0..400_000u32 {
+            // Values up to 2^52 units so that f64 holds them exactly, spread over every magnitude.
+            let bits = rng.gen_range(0..53);
+            let v: i128 = (rng.gen::<u64>() >> (64 - bits.max(1))) as i128 * if i % 2 == 0 { 1 } else { -1 };
+            let exact = v as f64 * 2f64.powi(-32);
+            let acc = WideAcc { fixed: v, nonfinite: false };
+            assert_eq!(acc.to_f16(), nearest_f16(exact), "v={v}");
+            assert_eq!(acc.to_f32().to_bits(), (exact as f32).to_bits(), "v={v}");
+        }
+    }
+
+    #[test]
+    fn large_values_overflow_to_infinity() {
+        let acc = WideAcc { fixed: 65520i128 << 32, nonfinite: false };
+        assert_eq!(acc.to_f16(), 0x7C00);
+        let acc = WideAcc { fixed: -(65519i128 << 32), nonfinite: false };
+        assert_eq!(acc.to_f16(), 0xFBFF);
+        let acc = WideAcc { fixed: 1i128 << 94, nonfinite: false };
+        assert_eq!(acc.to_f32(), 2f32.powi(62));
+        // An FP32 operand too large for the register poisons the sum instead of wrapping it.
+        let mut a = WideAcc::ZERO;
+        a.add_f32(1e20);
+        assert!(a.nonfinite);
+        let mut a = WideAcc::ZERO;
+        a.add_f32(2f32.powi(45));
+        assert!(!a.nonfinite);
+        assert_eq!(round_fixed(1, 200, &F32_FORMAT), 0x7F80_0000);
+    }
+
+    #[test]
+    fn floor_and_exact_inputs() {
+        let mut a = WideAcc::ZERO;
+        a.add_scaled(-1, -40); // -2^-40 floors to -2^-32
+        assert_eq!(a.fixed, -1);
+        let mut a = WideAcc::ZERO;
+        for b in 0..=u16::MAX {
+            if !crate::numerics::fp16::is_nonfinite(b) {
+                let mut one = WideAcc::ZERO;
+                one.add_f16(b);
+                assert_eq!(one.to_f16() & 0x7FFF, b & 0x7FFF, "{b:#x}");
+                a.add_f16(b);
+            }
+        }
+        // Every finite value and its negation: the sum is exactly zero.
+        assert_eq!(a.fixed, 0);
+        let mut a = WideAcc::ZERO;
+        a.add_f32(-1.5e-3);
+        assert_eq!(a.to_f32(), -1.5e-3);
+        a.add_f16(0x7E00);
+        assert_eq!(a.to_f16(), F16_NAN);
+    }
+}

@@ -1,0 +1,185 @@
+//! 16-bit fixed point for CNNs (CNNA-style auto-scaled fixed point).
+//!
+//! Rule (docs/numerics.md, "CNN fixed point"): activations and weights are `i16` with a per-layer number of
+//! fraction bits chosen by the compiler ([`frac_bits_for`]); products `x * w` are exact `i32`; a convolution
+//! output sums its products and its bias (an `i32` already in the product's format, fraction bits
+//! `fx + fw`) exactly in a 48-bit accumulator (the DSP48E2 cascade; at most 65536 products per output, so it
+//! cannot overflow); the output is requantized by an arithmetic right shift with round-half-up and saturation
+//! to `i16` ([`requantize`]), then ReLU if asked. Max-pooling takes the maximum of `i16` values.
+
+/// Largest number of products summed into one output (kernel x kernel x input channels).
+pub const MAX_PRODUCTS: usize = 1 << 16;
+
+/// `round_half_up(acc / 2^shift)` saturated to `i16`, then ReLU (max with 0) if `relu`.
+#[inline]
+pub fn requantize(acc: i64, shift: u32, relu: bool) -> i16 {
+    debug_assert!(shift < 48);
+    let r = if shift == 0 { acc } else { (acc + (1i64 << (shift - 1))) >> shift };
+    let r = r.clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16;
+    if relu {
+        r.max(0)
+    } else {
+        r
+    }
+}
+
+/// Rounds a real value to `i16` with `frac` fraction bits (nearest, ties to even), saturating.
+pub fn to_fixed(x: f64, frac: u32) -> i16 {
+    (x * f64::from(1u32 << frac)).round_ties_even().clamp(f64::from(i16::MIN), f64::from(i16::MAX)) as i16
+}
+
+/// Same, for an `i32` bias with `frac` fraction bits.
+pub fn to_fixed_i32(x: f64, frac: u32) -> i32 {
+    (x * 2f64.powi(frac as i32)).round_ties_even().clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32
+}
+
+/// The real value of a fixed-point number.
+pub fn from_fixed(v: i16, frac: u32) -> f64 {
+    f64::from(v) / f64::from(1u32 << frac)
+}
+
+/// The most fraction bits (0..=15) with which every value up to `max_abs` in magnitude fits `i16`:
+/// CNNA's per-layer binary-point placement.
+pub fn frac_bits_for(max_abs: f64) -> u32 {
+    (0..=15u32).rev().find(|&f| max_abs * f64::from(1u32 << f) <= f64::from(i16::MAX)).unwrap_or(0)
+}
+
+/// Shape of a 2-D convolution over an HWC tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvShape {
+    pub height: usize,
+    pub width: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl ConvShape {
+    pub fn out_height(&self) -> usize {
+        (self.height + 2 * self.pad - self.kernel) / self.stride + 1
+    }
+    pub fn out_width(&self) -> usize {
+        (self.width + 2 * self.pad - self.kernel) / self.stride + 1
+    }
+}
+
+/// Convolution: `input` HWC, `weights` `[out][ky][kx][in]`, `bias` per output channel (product format),
+/// output HWC `i16` after [`requantize`]. Padding reads zeros.
+pub fn conv2d(input: &[i16], weights: &[i16], bias: &[i32], s: &ConvShape, shift: u32, relu: bool) -> Vec<i16> {
+    assert_eq!(input.len(), s.height * s.width * s.in_channels);
+    assert_eq!(weights.len(), s.out_channels * s.kernel * s.kernel * s.in_channels);
+    assert_eq!(bias.len(), s.out_channels);
+    assert!(s.kernel * s.kernel * s.in_channels <= MAX_PRODUCTS);
+    let (oh, ow) = (s.out_height(), s.out_width());
+    let mut out = Vec::with_capacity(oh * ow * s.out_channels);
+    for oy in 0..oh {
+        for ox in 0..ow {
+            for oc in 0..s.out_channels {
+                let mut acc = i64::from(bias[oc]);
+                for ky in 0..s.kernel {
+                    let iy = (oy * s.stride + ky) as isize - s.pad as isize;
+                    if iy < 0 || iy >= s.height as isize {
+                        continue;
+                    }
+                    for kx in 0..s.kernel {
+                        let ix = (ox * s.stride + kx) as isize - s.pad as isize;
+                        if ix < 0 || ix >= s.width as isize {
+                            continue;
+                        }
+                        let xi = (iy as usize * s.width + ix as usize) * s.in_channels;
+                        let wi = ((oc * s.kernel + ky) * s.kernel + kx) * s.in_channels;
+                        for c in 0..s.in_channels {
+                            acc += i64::from(input[xi + c]) * i64::from(weights[wi + c]);
+                        }
+                    }
+                }
+                out.push(requantize(acc, shift, relu));
+            }
+        }
+    }
+    out
+}
+
+/// Max-pooling over `kernel x kernel` windows with `stride`, no padding, HWC.
+pub fn maxpool(input: &[i16], height: usize, width: usize, channels: usize, kernel: usize, stride: usize) -> Vec<i16> {
+    assert_eq!(input.len(), height * width * channels);
+    let oh = (height - kernel) / stride + 1;
+    let ow = (width - kernel) / stride + 1;
+    let mut out = Vec::with_capacity(oh * ow * channels);
+    for oy in 0..oh {
+        for ox in 0..ow {
+            for c in 0..channels {
+                let mut m = i16::MIN;
+                for ky in 0..kernel {
+                    for kx in 0..kernel {
+                        m = m.max(input[((oy * stride + ky) * width + ox * stride + kx) * channels + c]);
+                    }
+                }
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requantize_rounds_half_up_and_saturates() {
+        assert_eq!(requantize(5, 1, false), 3); // 2.5 -> 3
+        assert_eq!(requantize(-5, 1, false), -2); // -2.5 -> -2 (half up)
+        assert_eq!(requantize(-7, 1, false), -3); // -3.5 -> -3
+        assert_eq!(requantize(1 << 40, 4, false), i16::MAX);
+        assert_eq!(requantize(-(1 << 40), 4, false), i16::MIN);
+        assert_eq!(requantize(-100, 2, true), 0);
+        assert_eq!(requantize(123, 0, false), 123);
+    }
+
+    #[test]
+    fn frac_bits_fit() {
+        assert_eq!(frac_bits_for(1.0), 14); // Q2.14: 1.0 * 2^14 fits, 2^15 does not
+        assert_eq!(frac_bits_for(0.9), 15);
+        assert_eq!(frac_bits_for(3.5), 13);
+        assert_eq!(frac_bits_for(1e6), 0);
+        assert_eq!(to_fixed(0.5, 14), 8192);
+        assert_eq!(to_fixed(100.0, 14), i16::MAX);
+    }
+
+    #[test]
+    fn conv_matches_float_and_pool_picks_max() {
+        // 4x4x2 input, 3x3 kernel, 3 output channels, pad 1: compare with the exact real computation.
+        let s = ConvShape { height: 4, width: 4, in_channels: 2, out_channels: 3, kernel: 3, stride: 1, pad: 1 };
+        let (fx, fw, fo) = (12u32, 14u32, 11u32);
+        let xf: Vec<f64> = (0..32).map(|i| ((i as f64) * 0.7).sin()).collect();
+        let wf: Vec<f64> = (0..54).map(|i| ((i as f64) * 0.3).cos() * 0.5).collect();
+        let bf = [0.1, -0.2, 0.05];
+        let x: Vec<i16> = xf.iter().map(|&v| to_fixed(v, fx)).collect();
+        let w: Vec<i16> = wf.iter().map(|&v| to_fixed(v, fw)).collect();
+        let b: Vec<i32> = bf.iter().map(|&v| to_fixed_i32(v, fx + fw)).collect();
+        let y = conv2d(&x, &w, &b, &s, fx + fw - fo, false);
+        assert_eq!(y.len(), 4 * 4 * 3);
+        // Reference with the quantized inputs in f64: the only error is the final rounding (half an ulp).
+        let (oy, ox, oc) = (1, 2, 1);
+        let mut want = f64::from(b[oc]) / 2f64.powi((fx + fw) as i32);
+        for ky in 0..3 {
+            for kx in 0..3 {
+                let (iy, ix) = (oy + ky, ox + kx);
+                if iy < 1 || ix < 1 || iy > 4 || ix > 4 {
+                    continue;
+                }
+                for c in 0..2 {
+                    want += from_fixed(x[((iy - 1) * 4 + ix - 1) * 2 + c], fx) * from_fixed(w[((oc * 3 + ky) * 3 + kx) * 2 + c], fw);
+                }
+            }
+        }
+        let got = from_fixed(y[(oy * 4 + ox) * 3 + oc], fo);
+        assert!((got - want).abs() <= 0.5 / f64::from(1u32 << fo) + 1e-12, "{got} vs {want}");
+        let p = maxpool(&y, 4, 4, 3, 2, 2);
+        assert_eq!(p.len(), 2 * 2 * 3);
+        assert_eq!(p[0], [y[0], y[3], y[12], y[15]].into_iter().max().unwrap());
+    }
+}

@@ -1,0 +1,290 @@
+//! The vector / nonlinear unit.
+//!
+//! Rule (docs/numerics.md, "Vector unit"): operands are read as FP32 (FP16 operands convert exactly); every
+//! arithmetic step is one IEEE binary32 operation rounded to nearest even, in the order written here (no fused
+//! multiply-add); results are stored as FP16 (one more rounding, [`f32_to_f16`]) or FP32. Transcendentals use
+//! [`approx`](super::approx). NaN results are the canonical NaN.
+
+use super::acc::WideAcc;
+use super::approx::{exp, recip, rsqrt, silu};
+use super::fp16::{canon_f32, f16_to_f32, f32_to_f16};
+use serde::{Deserialize, Serialize};
+
+/// Element type of a vector in the scratchpad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    F16,
+    F32,
+}
+
+impl DType {
+    pub fn bytes(self) -> usize {
+        match self {
+            DType::F16 => 2,
+            DType::F32 => 4,
+        }
+    }
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+    pub fn from_code(c: u8) -> Option<Self> {
+        match c {
+            0 => Some(DType::F16),
+            1 => Some(DType::F32),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "f16" => Some(DType::F16),
+            "f32" => Some(DType::F32),
+            _ => None,
+        }
+    }
+    /// Reads element `i` of a little-endian byte vector as FP32.
+    pub fn read(self, bytes: &[u8], i: usize) -> f32 {
+        match self {
+            DType::F16 => f16_to_f32(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])),
+            DType::F32 => f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()),
+        }
+    }
+    /// Writes `x` (rounded to this type) as element `i`.
+    pub fn write(self, bytes: &mut [u8], i: usize, x: f32) {
+        match self {
+            DType::F16 => bytes[2 * i..2 * i + 2].copy_from_slice(&f32_to_f16(x).to_le_bytes()),
+            DType::F32 => bytes[4 * i..4 * i + 4].copy_from_slice(&canon_f32(x).to_le_bytes()),
+        }
+    }
+}
+
+/// Element-wise operations of `VOP`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum VecOp {
+    /// a + b
+    Add,
+    /// a * b
+    Mul,
+    /// silu(a)
+    Silu,
+    /// silu(a) * b (the SwiGLU gate)
+    SwiGlu,
+    /// a (a cast when the types differ)
+    Copy,
+    /// a * imm
+    Scale,
+}
+
+impl VecOp {
+    pub const ALL: [VecOp; 6] = [VecOp::Add, VecOp::Mul, VecOp::Silu, VecOp::SwiGlu, VecOp::Copy, VecOp::Scale];
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+    pub fn from_code(c: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(c)).copied()
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            VecOp::Add => "add",
+            VecOp::Mul => "mul",
+            VecOp::Silu => "silu",
+            VecOp::SwiGlu => "swiglu",
+            VecOp::Copy => "copy",
+            VecOp::Scale => "scale",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == s)
+    }
+    /// Whether the operation reads its second operand `b`.
+    pub fn uses_b(self) -> bool {
+        matches!(self, VecOp::Add | VecOp::Mul | VecOp::SwiGlu)
+    }
+    /// Whether the operation reads the immediate.
+    pub fn uses_imm(self) -> bool {
+        self == VecOp::Scale
+    }
+
+    /// One element: `a`, `b` already read as FP32; the result before the store rounding.
+    #[inline]
+    pub fn apply(self, a: f32, b: f32, imm: f32) -> f32 {
+        canon_f32(match self {
+            VecOp::Add => a + b,
+            VecOp::Mul => a * b,
+            VecOp::Silu => silu(a),
+            VecOp::SwiGlu => silu(a) * b,
+            VecOp::Copy => a,
+            VecOp::Scale => a * imm,
+        })
+    }
+}
+
+/// Adds `x^2` to a sum-of-squares accumulator: the fused reduction. `x` is the value as stored (after its
+/// rounding to FP16 or FP32); its square is exact, so the sum is exact up to the accumulator's 2^-32 grid and
+/// independent of order. A non-finite `x` makes the sum NaN.
+#[inline]
+pub fn accumulate_square(acc: &mut WideAcc, x: f32) {
+    if x.is_finite() {
+        let (sig, exp) = super::fp16::f32_parts(x);
+        acc.add_scaled(sig * sig, 2 * exp);
+    } else {
+        acc.nonfinite = true;
+    }
+}
+
+/// RMSNorm's inverse root: `rsqrt(sumsq * recip(n) + eps)`, each step one FP32 operation.
+pub fn rms_inv(sumsq: &WideAcc, n: u32, eps: f32) -> f32 {
+    let mean = sumsq.to_f32() * recip(n as f32);
+    rsqrt(mean + eps)
+}
+
+/// RMSNorm apply, one element: `(x * inv) * g`.
+#[inline]
+pub fn rmsnorm_elem(x: f32, inv: f32, g: f32) -> f32 {
+    canon_f32((x * inv) * g)
+}
+
+/// RoPE on one pair: `(x0 * c - x1 * s, x0 * s + x1 * c)`, products and sums each rounded to FP32.
+#[inline]
+pub fn rope_pair(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
+    (canon_f32(x0 * c - x1 * s), canon_f32(x0 * s + x1 * c))
+}
+
+/// The RoPE table row for one position: `cos` and `sin` of `pos * theta^(-2i/head_dim)` for
+/// `i in 0..head_dim/2`, computed in f64 and rounded to FP32. The compiler writes these tables to device
+/// memory, so the simulators and the hardware read the same bits.
+pub fn rope_table_row(pos: u32, head_dim: u32, theta: f64) -> Vec<(f32, f32)> {
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = theta.powf(-2.0 * f64::from(i) / f64::from(head_dim));
+            let a = f64::from(pos) * freq;
+            (a.cos() as f32, a.sin() as f32)
+        })
+        .collect()
+}
+
+/// Online softmax over attention scores with the weighted sum of V rows (one head).
+///
+/// Per position, in order: `m' = max(m, s)`; `c = exp(m - m')` (1 when `m' == m`); `p = exp(s - m')`;
+/// `l = l * c + p`; `o_i = o_i * c + p * v_i`. At the end `out_i = o_i * recip(l)`. Initial `m = -inf`,
+/// `l = 0`, `o = 0`. A NaN score poisons the output (NaN).
+#[derive(Clone, Debug)]
+pub struct OnlineSoftmax {
+    pub max: f32,
+    pub sum: f32,
+    pub out: Vec<f32>,
+}
+
+impl OnlineSoftmax {
+    pub fn new(head_dim: usize) -> Self {
+        OnlineSoftmax { max: f32::NEG_INFINITY, sum: 0.0, out: vec![0.0; head_dim] }
+    }
+
+    /// Folds in one position: its score and its V row (FP16 bits).
+    pub fn push(&mut self, score: f32, v: &[u16]) {
+        let m_new = if score > self.max || score.is_nan() { score } else { self.max };
+        let c = if m_new == self.max { 1.0 } else { exp(self.max - m_new) };
+        let p = exp(score - m_new);
+        self.sum = self.sum * c + p;
+        for (o, &vb) in self.out.iter_mut().zip(v) {
+            *o = *o * c + p * f16_to_f32(vb);
+        }
+        self.max = m_new;
+    }
+
+    /// The normalized output, as FP32 values before the store rounding.
+    pub fn finish(&self) -> Vec<f32> {
+        let r = recip(self.sum);
+        self.out.iter().map(|&o| canon_f32(o * r)).collect()
+    }
+}
+
+/// The attention score of one position: `dot(q, k)` rounded to FP32, times `scale`.
+pub fn attention_score(q: &[u16], k: &[u16], scale: f32) -> f32 {
+    canon_f32(super::dot::dot_f16(q, k).to_f32() * scale)
+}
+
+/// Index of the largest value; ties go to the lowest index; NaN is never chosen (all-NaN gives 0).
+pub fn argmax(values: impl IntoIterator<Item = f32>) -> u32 {
+    let mut best = (0u32, f32::NEG_INFINITY);
+    let mut found = false;
+    for (i, v) in values.into_iter().enumerate() {
+        if !v.is_nan() && (!found || v > best.1) {
+            best = (i as u32, v);
+            found = true;
+        }
+    }
+    best.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn online_softmax_matches_two_pass_softmax() {
+        let hd = 8;
+        let scores = [0.3f32, -1.2, 4.5, 4.4, -30.0, 2.0, 0.0];
+        let vs: Vec<Vec<u16>> = (0..scores.len())
+            .map(|t| (0..hd).map(|i| f32_to_f16(((t * 7 + i) as f32 * 0.37).sin())).collect())
+            .collect();
+        let mut sm = OnlineSoftmax::new(hd);
+        for (s, v) in scores.iter().zip(&vs) {
+            sm.push(*s, v);
+        }
+        let got = sm.finish();
+        let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, |a, b| a.max(f64::from(b)));
+        let w: Vec<f64> = scores.iter().map(|&s| (f64::from(s) - mx).exp()).collect();
+        let z: f64 = w.iter().sum();
+        for i in 0..hd {
+            let want: f64 = w.iter().zip(&vs).map(|(p, v)| p * f64::from(f16_to_f32(v[i]))).sum::<f64>() / z;
+            assert!((f64::from(got[i]) - want).abs() < 1e-5, "{i}: {} vs {want}", got[i]);
+        }
+    }
+
+    #[test]
+    fn rmsnorm_matches_f64() {
+        let x: Vec<u16> = (0..576).map(|i| f32_to_f16(((i as f32) * 0.11).cos() * if i == 7 { 3000.0 } else { 1.5 })).collect();
+        let mut acc = WideAcc::ZERO;
+        for &b in &x {
+            accumulate_square(&mut acc, f16_to_f32(b));
+        }
+        let inv = rms_inv(&acc, 576, 1e-5);
+        let ms: f64 = x.iter().map(|&b| f64::from(f16_to_f32(b)).powi(2)).sum::<f64>() / 576.0;
+        let want = 1.0 / (ms + 1e-5).sqrt();
+        assert!((f64::from(inv) - want).abs() / want < 1e-6);
+        assert_eq!(rmsnorm_elem(2.0, 0.5, 3.0), 3.0);
+    }
+
+    #[test]
+    fn rope_rotates() {
+        let row = rope_table_row(3, 64, 1e5);
+        assert_eq!(row.len(), 32);
+        assert_eq!(row[0], ((3.0f64).cos() as f32, (3.0f64).sin() as f32));
+        let (a, b) = rope_pair(1.0, 0.0, row[0].0, row[0].1);
+        assert!((a - row[0].0).abs() < 1e-7 && (b - row[0].1).abs() < 1e-7);
+    }
+
+    #[test]
+    fn argmax_rules() {
+        assert_eq!(argmax([1.0, 3.0, 3.0, f32::NAN, 2.0]), 1);
+        assert_eq!(argmax([f32::NAN, -5.0]), 1);
+        assert_eq!(argmax([f32::NAN, f32::NAN]), 0);
+        assert_eq!(argmax([f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
+    }
+
+    #[test]
+    fn codes_round_trip() {
+        for op in VecOp::ALL {
+            assert_eq!(VecOp::from_code(op.code()), Some(op));
+            assert_eq!(VecOp::from_name(op.name()), Some(op));
+        }
+        assert_eq!(VecOp::from_code(6), None);
+        assert_eq!(DType::from_code(1), Some(DType::F32));
+    }
+}
