@@ -172,7 +172,7 @@ impl OverlayConfig {
         if !self.dot_width.is_power_of_two() || !(4..=256).contains(&self.dot_width) {
             return bad("dot_width", self.dot_width, "expected a power of two in 4..=256");
         }
-        if block % self.dot_width != 0 && self.dot_width % block != 0 {
+        if !block.is_multiple_of(self.dot_width) && !self.dot_width.is_multiple_of(block) {
             return bad("dot_width", self.dot_width, "expected a divisor or a multiple of the block size 32");
         }
         if !(8..=16).contains(&self.act_mantissa_bits) {
@@ -185,13 +185,13 @@ impl OverlayConfig {
             return bad("max_batch", self.max_batch, format!("expected 1..={MAX_BATCH_LIMIT}"));
         }
         // Scratchpad word addresses are 20 bits wide in the encoding.
-        if self.scratchpad_bytes < 4096 || self.scratchpad_bytes > 4 << 20 || self.scratchpad_bytes % 4 != 0 {
+        if self.scratchpad_bytes < 4096 || self.scratchpad_bytes > 4 << 20 || !self.scratchpad_bytes.is_multiple_of(4) {
             return bad("scratchpad_bytes", self.scratchpad_bytes, "expected a multiple of 4 in 4096..=4194304");
         }
         if self.weight_fifo_bytes < 1024 || !self.weight_fifo_bytes.is_power_of_two() {
             return bad("weight_fifo_bytes", self.weight_fifo_bytes, "expected a power of two >= 1024");
         }
-        if self.kv_history_width % 16 != 0 || self.kv_history_width > 4096 {
+        if !self.kv_history_width.is_multiple_of(16) || self.kv_history_width > 4096 {
             return bad("kv_history_width", self.kv_history_width, "expected a multiple of 16, at most 4096");
         }
         if self.kv_history_slots > 1 << 20 {
@@ -200,7 +200,7 @@ impl OverlayConfig {
         // Memory addresses are 32-bit line (32-byte) numbers in the encoding.
         if self.device_memory_bytes < 1 << 20
             || self.device_memory_bytes > 32u64 << 32
-            || self.device_memory_bytes % crate::isa::LINE_BYTES != 0
+            || !self.device_memory_bytes.is_multiple_of(crate::isa::LINE_BYTES)
         {
             return bad("device_memory_bytes", self.device_memory_bytes, "expected a multiple of 32 in 1 MiB..=128 GiB");
         }

@@ -109,15 +109,15 @@ macro_rules! isa {
             /// not valid for its type.
             pub fn from_raw_fields(opcode: u8, raw: &[u64]) -> Option<Result<Self, usize>> {
                 match opcode {
-                    $( $op => {
+                    $( $op => Some(#[allow(unused_labels)] 'build: {
                         #[allow(unused_mut)]
                         let mut _i = 0usize;
-                        Some((|| Ok(Instr::$variant { $( $f: {
-                            let v = <$t as Field>::from_raw(raw[_i]).ok_or(_i)?;
+                        Ok(Instr::$variant { $( $f: {
+                            let Some(v) = <$t as Field>::from_raw(raw[_i]) else { break 'build Err(_i) };
                             _i += 1;
                             v
-                        } ),* }))())
-                    } )*
+                        } ),* })
+                    }), )*
                     _ => None,
                 }
             }
@@ -242,7 +242,7 @@ pub fn encode_program(program: &[Instr]) -> Result<Vec<u8>, IsaError> {
 
 /// Decodes program bytes; the error names the index of the first bad instruction.
 pub fn decode_program(bytes: &[u8]) -> Result<Vec<Instr>, IsaError> {
-    if bytes.len() % INSTR_BYTES != 0 {
+    if !bytes.len().is_multiple_of(INSTR_BYTES) {
         return Err(IsaError::Truncated(bytes.len()));
     }
     bytes

@@ -9,7 +9,7 @@
 //! `i128`. A `nonfinite` flag is sticky: any infinite or NaN input makes the final result the canonical NaN.
 //! The result is rounded once, to nearest with ties to even, to FP16 or FP32 (overflow to infinity).
 
-use super::fp16::{F16_NAN, F32_NAN_BITS};
+use super::fp16::{F16_NAN, F32_NAN};
 
 /// Fraction bits of the accumulator.
 pub const FRAC_BITS: i32 = 32;
@@ -78,7 +78,7 @@ impl WideAcc {
     /// Rounds to FP32 (nearest, ties to even; overflow to infinity; canonical NaN).
     pub fn to_f32(&self) -> f32 {
         if self.nonfinite {
-            return f32::from_bits(F32_NAN_BITS);
+            return F32_NAN;
         }
         f32::from_bits(round_fixed(self.fixed, -FRAC_BITS, &F32_FORMAT) as u32)
     }

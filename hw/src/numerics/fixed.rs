@@ -76,8 +76,8 @@ pub fn conv2d(input: &[i16], weights: &[i16], bias: &[i32], s: &ConvShape, shift
     let mut out = Vec::with_capacity(oh * ow * s.out_channels);
     for oy in 0..oh {
         for ox in 0..ow {
-            for oc in 0..s.out_channels {
-                let mut acc = i64::from(bias[oc]);
+            for (oc, &b) in bias.iter().enumerate() {
+                let mut acc = i64::from(b);
                 for ky in 0..s.kernel {
                     let iy = (oy * s.stride + ky) as isize - s.pad as isize;
                     if iy < 0 || iy >= s.height as isize {

@@ -15,6 +15,8 @@ use half::f16;
 pub const F16_NAN: u16 = 0x7E00;
 /// The one FP32 NaN the datapath produces.
 pub const F32_NAN_BITS: u32 = 0x7FC0_0000;
+/// The same, as a value.
+pub const F32_NAN: f32 = f32::from_bits(F32_NAN_BITS);
 
 /// FP16 bits -> FP32, exact.
 #[inline]
@@ -56,7 +58,7 @@ pub fn f64_to_f16(x: f64) -> u16 {
 #[inline]
 pub fn canon_f32(x: f32) -> f32 {
     if x.is_nan() {
-        f32::from_bits(F32_NAN_BITS)
+        F32_NAN
     } else {
         x
     }

@@ -81,7 +81,7 @@ impl WeightFormat {
 
     /// Bytes of a row of `cols` weights; `None` if `cols` is not a whole number of blocks.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
-        (cols % self.block_elems() == 0).then(|| cols / self.block_elems() * self.block_bytes())
+        cols.is_multiple_of(self.block_elems()).then(|| cols / self.block_elems() * self.block_bytes())
     }
 }
 
