@@ -1,6 +1,6 @@
 //! `opu`: the OPU command line.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use opu_hw::container::{Container, SectionKind, MAGIC};
 use opu_hw::isa::{self, asm};
@@ -167,9 +167,6 @@ fn info(config: Option<&str>, json: bool) -> Result<()> {
             "name", "lanes", "dot", "MACs/cyc", "act bits", "scratchpad", "KV history", "core MHz", "mem GB/s"
         );
         for c in &configs {
-            if c.name.is_empty() {
-                bail!("config without a name");
-            }
             println!(
                 "  {:<6} {:>6} {:>5} {:>9} {:>8} {:>9}Ki {:>8}tok {:>9} {:>10.1}  {:#018x}",
                 c.name,

@@ -126,11 +126,12 @@ impl OverlayConfig {
         Ok(c)
     }
 
-    /// A preset name, or else a path to a TOML file.
+    /// A preset name, or else a path to a TOML file (anything with a `.toml` suffix or a path separator is
+    /// read as a file, so a mistyped path is reported as a missing file, not as an unknown preset).
     pub fn from_name_or_path(s: &str) -> Result<Self, ConfigError> {
         if Self::PRESETS.contains(&s) {
             Self::preset(s)
-        } else if Path::new(s).exists() {
+        } else if s.ends_with(".toml") || s.contains(std::path::MAIN_SEPARATOR) || Path::new(s).exists() {
             Self::load(Path::new(s))
         } else {
             Err(ConfigError::UnknownPreset(s.to_string()))
@@ -322,5 +323,8 @@ mod tests {
         assert!(e.contains("act_mantissa_bits") && e.contains("8..=16"), "{e}");
         let e = OverlayConfig::from_toml("pe_lanes = 3", "my.toml").unwrap_err().to_string();
         assert!(e.contains("my.toml") && e.contains("missing field"), "{e}");
+        let e = OverlayConfig::from_name_or_path("nowhere/cfg.toml").unwrap_err().to_string();
+        assert!(e.contains("nowhere/cfg.toml"), "{e}");
+        assert!(matches!(OverlayConfig::from_name_or_path("u281"), Err(ConfigError::UnknownPreset(_))));
     }
 }

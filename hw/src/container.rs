@@ -130,6 +130,8 @@ pub enum ContainerError {
     ConfigMismatch { program: u64, overlay: u64, overlay_name: String },
     #[error("section `{name}` [{addr:#x}, {end:#x}) does not fit device memory of {size:#x} bytes")]
     OutsideDeviceMemory { name: String, addr: u64, end: u64, size: u64 },
+    #[error("code section `{name}` at device address {addr:#x}: expected a multiple of 16")]
+    MisalignedCode { name: String, addr: u64 },
     #[error("code section `{name}`: {source}")]
     Code { name: String, source: IsaError },
     #[error("{kind:?} section `{name}`: {message}")]
@@ -366,11 +368,8 @@ impl Container {
                 });
             }
             if s.kind == SectionKind::Code {
-                if s.device_addr % INSTR_BYTES as u64 != 0 {
-                    return Err(ContainerError::Code {
-                        name: s.name.clone(),
-                        source: IsaError::Truncated(s.device_addr as usize),
-                    });
+                if !s.device_addr.is_multiple_of(INSTR_BYTES as u64) {
+                    return Err(ContainerError::MisalignedCode { name: s.name.clone(), addr: s.device_addr });
                 }
                 isa::decode_program(&s.data).map_err(|source| ContainerError::Code { name: s.name.clone(), source })?;
             }
@@ -526,5 +525,8 @@ mod tests {
         c.push(SectionKind::Code, "decode", 0, code, 0).unwrap();
         let e = c.check_config(&cfg).unwrap_err().to_string();
         assert!(e.contains("`decode`") && e.contains("instruction 1") && e.contains("unknown opcode 0x00"), "{e}");
+        let mut c = Container::new(&cfg);
+        c.add_code("main", 8, &[Instr::End {}]).unwrap();
+        assert!(matches!(c.check_config(&cfg), Err(ContainerError::MisalignedCode { addr: 8, .. })));
     }
 }

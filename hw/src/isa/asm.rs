@@ -105,7 +105,8 @@ pub fn disassemble(program: &[Instr]) -> String {
     program.iter().map(|i| format_instr(i) + "\n").collect()
 }
 
-/// A listing: each line prefixed by nothing but followed by a comment with the pc and the encoded word.
+/// A listing: the assembly text of each instruction followed by a comment with its pc and encoded word
+/// (still valid input for [`assemble`]).
 pub fn listing(program: &[Instr]) -> String {
     program
         .iter()
