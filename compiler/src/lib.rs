@@ -1,5 +1,11 @@
 //! OPU compiler: model import -> graph IR -> passes -> program container.
 //!
-//! The GGUF front end, the graph IR, quantization and lowering arrive with the compiler issue. Everything the
-//! compiler will emit is defined by the contract crate, re-exported here so callers see one path.
+//! - [`gguf`]: the GGUF reader (fuzz-safe; memory-mapped tensor data).
+//! - [`llama`]: the llama architecture's hyperparameters and tensors, checked against each other.
+//!
+//! The graph IR, quantization and lowering arrive with the compiler issue.
+
 pub use opu_hw as hw;
+
+pub mod gguf;
+pub mod llama;
