@@ -5,7 +5,10 @@ use clap::{Parser, Subcommand};
 use opu_hw::container::{Container, SectionKind, MAGIC};
 use opu_hw::isa::{self, asm};
 use opu_hw::regs;
+use opu_host::{cache, eval, GenerateParams, SamplingParams, Session};
 use opu_hw::OverlayConfig;
+use indicatif::ProgressBar;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -44,6 +47,75 @@ enum Command {
         #[arg(long, default_value = "main")]
         entry: String,
     },
+    /// Fetch a known model into the cache (checked by SHA-256) and print its path.
+    Fetch {
+        /// Model name (known: smollm2).
+        #[arg(default_value = "smollm2")]
+        model: String,
+        /// No progress output.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// Generate text from a prompt, streaming it, then print the figures.
+    Run {
+        prompt: String,
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Wrap PROMPT in the model's chat template (as the user's message).
+        #[arg(long)]
+        chat: bool,
+        /// System prompt for --chat (default: the template's own).
+        #[arg(long, requires = "chat")]
+        system: Option<String>,
+        #[arg(long, default_value_t = 256)]
+        max_tokens: usize,
+        /// 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Sample from the K most likely tokens only (0: all).
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        /// Sample from the most likely tokens that make up probability P (1: all).
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Extra token id that ends generation (repeatable; default: the model's end tokens).
+        #[arg(long = "stop-token")]
+        stop_tokens: Vec<u32>,
+        /// One JSON object instead of streamed text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure a backend against another: teacher-forced top-1 agreement and logit error.
+    Eval {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Backend that generates the reference tokens.
+        #[arg(long, default_value = "reference")]
+        against: String,
+        /// JSON list of {"name", "text"} prompts.
+        #[arg(long)]
+        prompts: PathBuf,
+        /// Greedy tokens generated per prompt.
+        #[arg(long, default_value_t = 32)]
+        tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prefill and decode speed of a backend.
+    Bench {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Prompt tokens of the prefill pass.
+        #[arg(long, default_value_t = 64)]
+        prompt_tokens: usize,
+        /// One-token decode steps after it.
+        #[arg(long, default_value_t = 32)]
+        decode_tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Disassemble raw instructions or every code section of a program container.
     Disasm {
         input: PathBuf,
@@ -54,6 +126,41 @@ enum Command {
         #[arg(long)]
         listing: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct ModelArgs {
+    /// Backend: auto (an OPU card, else the reference path), reference.
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// A GGUF file, or the name of a known model (fetched into the cache on first use).
+    #[arg(long)]
+    model: Option<String>,
+    /// Compute threads of the reference path (default: all cores; `bench`: 1).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+impl ModelArgs {
+    /// Sets the thread count (before any compute starts) and opens the session.
+    fn open(&self, quiet: bool, default_threads: Option<usize>) -> Result<Session> {
+        if let Some(n) = self.threads.or(default_threads) {
+            anyhow::ensure!(n > 0, "--threads must be at least 1");
+            // candle and its rayon pool read this when they first start work.
+            std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        }
+        let path = cache::resolve_model(self.model.as_deref(), quiet)?;
+        let spinner = if quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+        spinner.set_message(format!("loading {} on the {} backend", path.display(), self.backend));
+        spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+        let session = Session::open(&path, &self.backend);
+        spinner.finish_and_clear();
+        let session = session?;
+        if let (Some(note), false) = (&session.backend_note, quiet) {
+            eprintln!("{note}");
+        }
+        Ok(session)
+    }
 }
 
 fn main() {
@@ -89,6 +196,100 @@ fn run(cli: Cli) -> Result<()> {
             };
             std::fs::write(&output, bytes).with_context(|| format!("writing {}", output.display()))?;
             eprintln!("{}: {} instructions -> {}", input.display(), program.len(), output.display());
+        }
+        Command::Fetch { model, quiet } => {
+            let path = cache::fetch(cache::known(&model)?, quiet)?;
+            println!("{}", path.display());
+        }
+        Command::Run { prompt, model, chat, system, max_tokens, temperature, top_k, top_p, seed, stop_tokens, json } => {
+            let mut session = model.open(json, None)?;
+            let text = if chat { session.tokenizer.chat_prompt(&prompt, system.as_deref())? } else { prompt };
+            let prompt_ids = session.tokenizer.encode(&text)?;
+            let params = GenerateParams { max_tokens, sampling: SamplingParams { temperature, top_k, top_p, seed }, stop: stop_tokens };
+            let mut stdout = std::io::stdout();
+            let gen = session.generate(&prompt_ids, &params, |piece| {
+                if !json {
+                    let _ = write!(stdout, "{piece}");
+                    let _ = stdout.flush();
+                }
+            })?;
+            if json {
+                let out = serde_json::json!({
+                    "backend": session.backend_name(),
+                    "prompt": text,
+                    "prompt_ids": gen.prompt_ids,
+                    "generated_ids": gen.generated_ids,
+                    "text": gen.text,
+                    "stop": gen.stop,
+                    "prompt_tokens": gen.prompt_ids.len(),
+                    "generated_tokens": gen.generated_ids.len(),
+                    "prefill_seconds": gen.prefill_seconds,
+                    "decode_seconds": gen.decode_seconds,
+                    "prefill_tokens_per_second": gen.prefill_tokens_per_second(),
+                    "tokens_per_second": gen.tokens_per_second(),
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                println!(
+                    "\n-- prompt {} tokens, generated {} ({:?}); prefill {:.1} tokens/s, decode {:.1} tokens/s; backend {}",
+                    gen.prompt_ids.len(),
+                    gen.generated_ids.len(),
+                    gen.stop,
+                    gen.prefill_tokens_per_second(),
+                    gen.tokens_per_second(),
+                    session.backend_name()
+                );
+            }
+        }
+        Command::Eval { model, against, prompts, tokens, json } => {
+            let prompts = eval::read_prompts(&prompts)?;
+            let mut backend = model.open(json, None)?;
+            let mut reference = ModelArgs { backend: against, ..model }.open(true, None)?;
+            let report = eval::evaluate(&mut backend, &mut reference, &prompts, tokens)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{} against {}, {} greedy tokens per prompt, teacher-forced:", report.backend, report.against, tokens);
+                println!("  {:<20} {:>9} {:>14} {:>12} {:>14}", "prompt", "positions", "top-1 agree", "mean cosine", "max |dlogit|");
+                let row = |name: &str, a: &eval::Agreement| {
+                    println!("  {:<20} {:>9} {:>14.4} {:>12.6} {:>14.4}", name, a.positions, a.top1_agreement, a.mean_logit_cosine, a.max_abs_logit_diff)
+                };
+                for p in &report.prompts {
+                    row(&p.name, &p.agreement);
+                }
+                row("overall", &report.overall);
+            }
+        }
+        Command::Bench { model, prompt_tokens, decode_tokens, json } => {
+            anyhow::ensure!(prompt_tokens > 0, "--prompt-tokens must be at least 1");
+            let mut session = model.open(json, Some(1))?;
+            // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
+            let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
+            let prompt_ids: Vec<u32> = seed_ids.iter().cycle().take(prompt_tokens).copied().collect();
+            let params = GenerateParams { max_tokens: decode_tokens + 1, stop: vec![u32::MAX], ..GenerateParams::default() };
+            session.generate(&prompt_ids[..prompt_tokens.min(8)], &GenerateParams { max_tokens: 2, ..params.clone() }, |_| {})?; // warm-up
+            let gen = session.generate(&prompt_ids, &params, |_| {})?;
+            let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                    "backend": session.backend_name(),
+                    "threads": threads,
+                    "prompt_tokens": prompt_tokens,
+                    "decode_tokens": gen.decode_steps,
+                    "prefill_tokens_per_second": gen.prefill_tokens_per_second(),
+                    "decode_tokens_per_second": gen.tokens_per_second(),
+                }))?);
+            } else {
+                println!("{:<40} {:>8} {:>14} {:>14}", "backend", "threads", "prefill tok/s", "decode tok/s");
+                println!(
+                    "{:<40} {:>8} {:>14.1} {:>14.1}",
+                    session.backend_name(),
+                    threads,
+                    gen.prefill_tokens_per_second(),
+                    gen.tokens_per_second()
+                );
+                println!("({prompt_tokens} prompt tokens in one pass, then {} one-token steps)", gen.decode_steps);
+            }
         }
         Command::Disasm { input, output, listing } => {
             let text = disasm(&input, listing)?;

@@ -88,3 +88,47 @@ fn info_json_lists_presets_isa_and_registers() {
     assert_eq!(v["isa"].as_array().unwrap().len(), opu_hw::isa::SPECS.len());
     assert!(v["registers"].as_array().unwrap().iter().any(|r| r["name"] == "ERROR_PC"));
 }
+
+/// `opu run` on bad model files: a clear error naming the file, exit code 1 (not a panic's 101).
+#[test]
+fn run_refuses_bad_model_files() {
+    use opu_compiler::gguf::{GgufWriter, Value};
+    let check = |path: &std::path::Path, needle: &str| {
+        let out = opu(&["run", "--backend", "reference", "--model", s(path), "--max-tokens", "1", "hello"]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{}: {err}", path.display());
+        assert!(err.contains(s(path)) && err.contains(needle), "{}: expected `{needle}` in: {err}", path.display());
+    };
+    check(&tmp("missing.gguf"), "no such model file");
+    let not_gguf = tmp("notes.gguf");
+    std::fs::write(&not_gguf, "these are my notes, not a model").unwrap();
+    check(&not_gguf, "not a GGUF file");
+    // A real-looking header cut short: the tensor table promises data the file does not have.
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", Value::String("llama".into())).tensor("token_embd.weight", &[32, 4], 0, vec![0; 512]);
+    let bytes = w.to_bytes();
+    let trunc = tmp("truncated.gguf");
+    std::fs::write(&trunc, &bytes[..bytes.len() - 100]).unwrap();
+    check(&trunc, "truncated GGUF");
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", Value::String("mamba".into()));
+    let arch = tmp("mamba.gguf");
+    std::fs::write(&arch, w.to_bytes()).unwrap();
+    check(&arch, "architecture `mamba` is not supported");
+}
+
+/// Without pip (as without network) the error says what to run, where, and where to put the file.
+#[test]
+fn fetch_without_pip_says_what_to_do() {
+    let cache = tmp("empty-cache");
+    let out = Command::new(env!("CARGO_BIN_EXE_opu"))
+        .args(["fetch", "smollm2", "--quiet"])
+        .env("OPU_CACHE", &cache)
+        .env("PATH", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("on a machine with network, run `opu fetch smollm2`"), "{err}");
+    assert!(err.contains(&cache.join("smollm2").display().to_string()) && err.contains("--model PATH"), "{err}");
+}

@@ -1,0 +1,42 @@
+//! Backends: whatever computes logits for a token sequence. Every backend serves the same runtime API
+//! ([`crate::runtime::Session`]); `opu run --backend NAME` picks one.
+
+use anyhow::{bail, Result};
+use opu_compiler::gguf::Gguf;
+
+/// A model loaded on something that runs it.
+pub trait Backend {
+    /// What it is, for the figures line (e.g. "reference (candle cpu, 1 thread)").
+    fn name(&self) -> &str;
+    fn vocab_size(&self) -> usize;
+    fn context_length(&self) -> usize;
+    /// Tokens processed since the last reset (the position of the next token).
+    fn position(&self) -> usize;
+    /// Forgets every position (clears the KV cache).
+    fn reset(&mut self);
+    /// Runs `tokens` at the next positions and returns the logits of every one of them (`all_logits`) or
+    /// of the last only.
+    fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Backend names `open` accepts.
+pub const BACKENDS: &[&str] = &["auto", "reference", "sim", "rtl", "pcie"];
+
+/// Opens backend `name` for the model in `g`. Returns the backend and, for `auto`, why it was chosen.
+pub fn open(name: &str, g: &Gguf) -> Result<(Box<dyn Backend>, Option<String>)> {
+    match name {
+        "reference" => {
+            let (device, dev_name) = crate::reference::default_device();
+            Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), None))
+        }
+        "auto" => {
+            // An OPU card first (the PCIe driver arrives with its issue; none can be found yet), then the
+            // reference path on a GPU if this build has CUDA, else on the CPU.
+            let (device, dev_name) = crate::reference::default_device();
+            let why = format!("auto: no OPU card found; using the reference path on the {dev_name}");
+            Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), Some(why)))
+        }
+        "sim" | "rtl" | "pcie" => bail!("backend `{name}` is not available in this build yet (available: reference, auto)"),
+        other => bail!("unknown backend `{other}` (expected one of: {})", BACKENDS.join(", ")),
+    }
+}

@@ -1,0 +1,20 @@
+//! `opu-host`: the OPU runtime.
+//!
+//! - [`cache`]: the model cache (`opu fetch`), models fetched from their registry and checked by SHA-256.
+//! - [`tokenizer`]: the tokenizer and chat template, built from the GGUF's metadata.
+//! - [`backend`]: the `Backend` trait and opening a backend by name (`reference`, `auto`, ...).
+//! - [`reference`]: the reference path: the model in f32 over candle tensors (CPU, or CUDA with `cuda`).
+//! - [`sampling`]: greedy and temperature / top-k / top-p sampling with a portable seeded generator.
+//! - [`runtime`]: `Session`: generate (streaming) and teacher forcing, the same for every backend.
+//! - [`eval`]: a backend measured against another, teacher-forced.
+
+pub mod backend;
+pub mod cache;
+pub mod eval;
+pub mod reference;
+pub mod runtime;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use runtime::{GenerateParams, Generation, Session};
+pub use sampling::SamplingParams;
