@@ -140,6 +140,8 @@ isa! {
     0x06 "scalar" Csrw "csrw" { csr: Csr = 8, rs: Reg = 4, imm: u32 = 32 }
     /// If `p[pred]` is set, skips the next `count` instructions (predicated skip of a block).
     0x07 "control" Skip "skip" { pred: Pred = 3, count: u32 = 16 }
+    /// `r[rd] =` the 32-bit little-endian word at scratchpad word `spm` (e.g. a token id of a prefill batch).
+    0x08 "scalar" Ldr "ldr" { rd: Reg = 4, spm: u32 = 20 }
     /// DMA device memory -> scratchpad: `bytes` from line `mem + r[idx] * stride` to word `spm`.
     0x10 "dma" Load "load" { spm: u32 = 20, mem: u32 = 32, bytes: u32 = 24, idx: Reg = 4, stride: u32 = 32 }
     /// DMA scratchpad -> device memory: `bytes` from word `spm` to line `mem + r[idx] * stride`.
