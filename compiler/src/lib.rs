@@ -9,3 +9,9 @@ pub use opu_hw as hw;
 
 pub mod gguf;
 pub mod llama;
+pub mod lower;
+pub mod plan;
+pub mod quantize;
+pub mod testing;
+
+pub use lower::{compile, CompileError, CompileOptions, Compiled, ProgramMeta};

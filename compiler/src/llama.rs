@@ -17,6 +17,12 @@ pub enum ModelError {
     Shape { path: PathBuf, name: String, found: Vec<u64>, expected: Vec<u64> },
     #[error("{path}: metadata `{key}` = {value}: {what}")]
     Hyper { path: PathBuf, key: &'static str, value: u64, what: String },
+    /// A malformed graph IR (`crate::ir::Graph::check`).
+    #[error("graph IR: {what}")]
+    Graph { what: String },
+    /// An input the model cannot run (a token outside the vocabulary, a sequence beyond the context).
+    #[error("input: {what}")]
+    Input { what: String },
 }
 
 /// Hyperparameters of a llama-architecture model.

@@ -1,0 +1,571 @@
+//! An f32 interpreter of the graph IR: the float model, run by walking [`Graph`] node by node.
+//!
+//! Weights are dequantized exactly (`q * d + m`, [`Gguf::dequantize`]); activations are f32; every dot
+//! product accumulates in f32 in index order (a separate multiply and add per term, no FMA). It is a
+//! debugging and comparison tool: it checks the IR against the float reference (`opu-host`'s candle path) and
+//! gives layer-by-layer hidden states to compare the overlay with ([`relative_l2`]).
+//!
+//! A forward pass runs a batch of tokens at the next positions (a prompt, then one token at a time); each node
+//! runs once over the whole batch, and each [`Op::Attention`] node appends the batch's K and V rows to its
+//! layer's KV cache before attending causally. A batch gives the same bits as the same tokens one at a time.
+
+use crate::gguf::Gguf;
+use crate::ir::{build_llama, Graph, Op, Shape};
+use crate::llama::{tensor, LlamaConfig, ModelError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The results of one forward pass over `n` tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forward {
+    /// `[position][vocab]`: the logits at every position of the batch.
+    pub logits: Vec<Vec<f32>>,
+    /// `[layer][position][n_embd]`: the residual stream after each layer ([`Graph::layer_outputs`]).
+    pub layer_hidden: Vec<Vec<Vec<f32>>>,
+}
+
+/// One layer's KV cache: a row of `n_head_kv * head_dim` per position.
+#[derive(Clone, Debug, Default)]
+struct KvCache {
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+/// Runs a [`Graph`] in f32 with the weights of a GGUF file and a KV cache per attention node.
+///
+/// Cloning is cheap (the graph and weights are shared) and copies the KV cache: a clone continues the same
+/// sequence independently.
+#[derive(Clone)]
+pub struct Interpreter {
+    graph: Arc<Graph>,
+    /// Dequantized weights by tensor name, `[rows][cols]` (GGUF order).
+    weights: Arc<HashMap<String, Vec<f32>>>,
+    /// Smallest vocabulary of the graph's embeddings: token ids must be below it.
+    vocab: usize,
+    cache: Vec<KvCache>,
+    pos: usize,
+}
+
+impl Interpreter {
+    /// Loads a llama GGUF: builds the graph from its hyperparameters ([`build_llama`]) and its weights.
+    pub fn new(g: &Gguf) -> Result<Self, ModelError> {
+        let cfg = LlamaConfig::from_gguf(g)?;
+        Self::with_graph(build_llama(&cfg), g)
+    }
+
+    /// Loads the weights of `graph` from `g` after validating the graph against the file.
+    pub fn with_graph(graph: Graph, g: &Gguf) -> Result<Self, ModelError> {
+        graph.validate(g)?;
+        let graph_err = |what: String| ModelError::Graph { what };
+        match graph.inputs.as_slice() {
+            [i] if i.shape == Shape::Token => {}
+            _ => return Err(graph_err("the interpreter runs graphs with exactly one input, a token".into())),
+        }
+        let mut weights = HashMap::new();
+        let mut vocab = usize::MAX;
+        let mut caches = 0;
+        for node in &graph.nodes {
+            if let Some(name) = node.op.weight() {
+                if !weights.contains_key(name) {
+                    weights.insert(name.to_string(), g.dequantize(tensor(g, name)?)?);
+                }
+            }
+            match node.op {
+                Op::Embedding { vocab: v, .. } => vocab = vocab.min(v),
+                Op::Attention { layer, .. } => caches = caches.max(layer + 1),
+                _ => {}
+            }
+        }
+        Ok(Interpreter { graph: Arc::new(graph), weights: Arc::new(weights), vocab, cache: vec![KvCache::default(); caches], pos: 0 })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Token ids must be below this.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// The next position: the number of tokens run since the last [`Interpreter::reset`].
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Empties the KV caches: the next token is at position 0.
+    pub fn reset(&mut self) {
+        self.cache.iter_mut().for_each(|c| *c = KvCache::default());
+        self.pos = 0;
+    }
+
+    /// Runs `tokens` at the next positions; returns the logits and the per-layer hidden states at each.
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<Forward, ModelError> {
+        let input_err = |what: String| Err(ModelError::Input { what });
+        let n = tokens.len();
+        if n == 0 {
+            return input_err("forward needs at least one token".into());
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            return input_err(format!("token id {bad} is outside the vocabulary of {}", self.vocab));
+        }
+        if self.pos + n > self.graph.context_length {
+            return input_err(format!("{n} tokens at position {} exceed the context length {}", self.pos, self.graph.context_length));
+        }
+        let graph = Arc::clone(&self.graph);
+        let weights = Arc::clone(&self.weights);
+        let w = |name: &str| weights[name].as_slice();
+
+        // Each value lives from its definition to its last use, except the ones returned.
+        let count = graph.value_count();
+        let mut keep = vec![false; count];
+        keep[graph.output.index()] = true;
+        graph.layer_outputs.iter().for_each(|v| keep[v.index()] = true);
+        let mut last_use = vec![0usize; count];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            node.inputs.iter().for_each(|v| last_use[v.index()] = i);
+        }
+        // Activations: `n` rows of the value's length, flat. The token input is `tokens` itself.
+        let mut values: Vec<Option<Vec<f32>>> = vec![None; count];
+        let token_input = graph.inputs[0].value;
+
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let arg = |j: usize| values[node.inputs[j].index()].as_deref().expect("checked: defined before use");
+            let len = node.shape.len();
+            let out = match &node.op {
+                Op::Embedding { table, dim, .. } => {
+                    debug_assert_eq!(node.inputs[0], token_input);
+                    let table = w(table);
+                    tokens.iter().flat_map(|&t| &table[t as usize * dim..(t as usize + 1) * dim]).copied().collect()
+                }
+                Op::RmsNorm { gain, eps } => rms_norm(arg(0), w(gain), *eps),
+                Op::MatMul { weight, rows, cols } => matmul(w(weight), *rows, *cols, arg(0)),
+                Op::Rope { heads, head_dim, theta } => rope(arg(0), *heads, *head_dim, *theta, self.pos),
+                Op::Attention { n_head, n_head_kv, head_dim, layer } => {
+                    let cache = &mut self.cache[*layer];
+                    cache.k.extend_from_slice(arg(1));
+                    cache.v.extend_from_slice(arg(2));
+                    attention(arg(0), cache, *n_head, *n_head_kv, *head_dim, self.pos)
+                }
+                Op::SwiGlu => arg(0).iter().zip(arg(1)).map(|(&g, &u)| silu(g) * u).collect(),
+                Op::Add => arg(0).iter().zip(arg(1)).map(|(&a, &b)| a + b).collect(),
+            };
+            debug_assert_eq!(out.len(), n * len, "node `{}`", node.name);
+            values[node.output.index()] = Some(out);
+            for v in &node.inputs {
+                if last_use[v.index()] == i && !keep[v.index()] {
+                    values[v.index()] = None;
+                }
+            }
+        }
+        self.pos += n;
+        let rows = |v: crate::ir::ValueId| -> Vec<Vec<f32>> {
+            let data = values[v.index()].as_deref().expect("checked: outputs are defined");
+            data.chunks_exact(data.len() / n).map(<[f32]>::to_vec).collect()
+        };
+        Ok(Forward { logits: rows(graph.output), layer_hidden: graph.layer_outputs.iter().map(|&v| rows(v)).collect() })
+    }
+}
+
+/// `||a - b|| / ||b||` in f64 (0 when both are zero, infinite when only `b` is).
+pub fn relative_l2(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "relative_l2 of vectors of different lengths");
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        diff += (x - y) * (x - y);
+        norm += y * y;
+    }
+    if diff == 0.0 {
+        0.0
+    } else {
+        (diff / norm).sqrt()
+    }
+}
+
+/// `x / sqrt(mean(x^2) + eps) * g` per row of `g.len()`.
+fn rms_norm(x: &[f32], g: &[f32], eps: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(g.len()) {
+        let mut sum = 0f32;
+        for &v in row {
+            sum += v * v;
+        }
+        let m = (sum / g.len() as f32 + eps).sqrt();
+        out.extend(row.iter().zip(g).map(|(&v, &g)| v / m * g));
+    }
+    out
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// Rotates each head's interleaved pairs of row `t` by the table of position `pos + t`.
+fn rope(x: &[f32], heads: usize, head_dim: usize, theta: f32, pos: usize) -> Vec<f32> {
+    let mut out = x.to_vec();
+    for (t, row) in out.chunks_exact_mut(heads * head_dim).enumerate() {
+        let table = opu_hw::numerics::vector::rope_table_row((pos + t) as u32, head_dim as u32, f64::from(theta));
+        for head in row.chunks_exact_mut(head_dim) {
+            for (pair, &(c, s)) in head.chunks_exact_mut(2).zip(&table) {
+                let (x0, x1) = (pair[0], pair[1]);
+                pair[0] = x0 * c - x1 * s;
+                pair[1] = x0 * s + x1 * c;
+            }
+        }
+    }
+    out
+}
+
+/// Causal grouped-query attention of the batch's queries (row `t` at position `pos + t`) over the cache,
+/// which already holds the batch's own K and V rows.
+fn attention(q: &[f32], cache: &KvCache, n_head: usize, n_head_kv: usize, head_dim: usize, pos: usize) -> Vec<f32> {
+    let (q_len, kv_len, group) = (n_head * head_dim, n_head_kv * head_dim, n_head / n_head_kv);
+    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let mut out = vec![0f32; q.len()];
+    let mut scores = Vec::new();
+    for (t, (q_row, o_row)) in q.chunks_exact(q_len).zip(out.chunks_exact_mut(q_len)).enumerate() {
+        let seen = pos + t + 1;
+        for h in 0..n_head {
+            let kv_off = (h / group) * head_dim;
+            let qh = &q_row[h * head_dim..(h + 1) * head_dim];
+            scores.clear();
+            scores.extend((0..seen).map(|j| dot(qh, &cache.k[j * kv_len + kv_off..][..head_dim]) * scale));
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            let oh = &mut o_row[h * head_dim..(h + 1) * head_dim];
+            for (j, &p) in scores.iter().enumerate() {
+                let p = p / sum;
+                for (o, &v) in oh.iter_mut().zip(&cache.v[j * kv_len + kv_off..][..head_dim]) {
+                    *o += p * v;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = 0f32;
+    for (&x, &y) in a.iter().zip(b) {
+        acc += x * y;
+    }
+    acc
+}
+
+/// `y[t] = W x[t]` for each row `t` of `x` (`cols` long), `W` stored `[rows][cols]`; rows of `W` are shared
+/// out among threads. Each dot product accumulates in index order, so the result does not depend on the
+/// batch or the thread count.
+fn matmul(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let n = x.len() / cols;
+    // [row][token], contiguous per weight row, so threads can own disjoint row ranges.
+    let mut by_row = vec![0f32; rows * n];
+    let threads = if rows * cols * n < 1 << 18 { 1 } else { std::thread::available_parallelism().map_or(1, |p| p.get()).min(rows) };
+    let per = rows.div_ceil(threads);
+    let work = |first: usize, out: &mut [f32]| {
+        for (r, y) in out.chunks_exact_mut(n).enumerate() {
+            let wr = &w[(first + r) * cols..][..cols];
+            // Four tokens at a time: four independent accumulators, each in index order.
+            let mut t = 0;
+            while t + 4 <= n {
+                let xs: [&[f32]; 4] = std::array::from_fn(|i| &x[(t + i) * cols..][..cols]);
+                let mut acc = [0f32; 4];
+                for k in 0..cols {
+                    let wk = wr[k];
+                    for i in 0..4 {
+                        acc[i] += wk * xs[i][k];
+                    }
+                }
+                y[t..t + 4].copy_from_slice(&acc);
+                t += 4;
+            }
+            for t in t..n {
+                y[t] = dot(wr, &x[t * cols..][..cols]);
+            }
+        }
+    };
+    if threads == 1 {
+        work(0, &mut by_row);
+    } else {
+        std::thread::scope(|s| {
+            for (i, chunk) in by_row.chunks_mut(per * n).enumerate() {
+                let work = &work;
+                s.spawn(move || work(i * per, chunk));
+            }
+        });
+    }
+    let mut out = vec![0f32; rows * n];
+    for (r, y) in by_row.chunks_exact(n).enumerate() {
+        for (t, &v) in y.iter().enumerate() {
+            out[t * rows + r] = v;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::Gguf;
+    use crate::ir::tests::tiny_gguf;
+    use crate::llama::{LayerNames, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
+    use std::path::PathBuf;
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    /// An independent, deliberately naive forward pass in f64 (no IR), one token at a time over the whole
+    /// prefix, for checking the interpreter on the tiny model.
+    fn naive_forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
+        let c = LlamaConfig::from_gguf(g).unwrap();
+        let w = |name: &str| -> Vec<f64> { g.dequantize(g.tensor(name).unwrap()).unwrap().into_iter().map(f64::from).collect() };
+        let mv = |m: &[f64], x: &[f64]| -> Vec<f64> { m.chunks(x.len()).map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum()).collect() };
+        let norm = |x: &[f64], gain: &[f64]| -> Vec<f64> {
+            let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+            x.iter().zip(gain).map(|(v, g)| v / (ms + f64::from(c.rms_eps)).sqrt() * g).collect()
+        };
+        let rot = |x: &mut [f64], p: usize| {
+            for head in x.chunks_mut(c.head_dim) {
+                for i in 0..c.head_dim / 2 {
+                    let a = p as f64 * f64::from(c.rope_theta).powf(-2.0 * i as f64 / c.head_dim as f64);
+                    let (x0, x1) = (head[2 * i], head[2 * i + 1]);
+                    head[2 * i] = x0 * a.cos() - x1 * a.sin();
+                    head[2 * i + 1] = x0 * a.sin() + x1 * a.cos();
+                }
+            }
+        };
+        let embd = w(TOKEN_EMBD);
+        let out_w = if c.tied_output { embd.clone() } else { w(OUTPUT) };
+        let mut ks: Vec<Vec<Vec<f64>>> = vec![vec![]; c.n_layer];
+        let mut vs: Vec<Vec<Vec<f64>>> = vec![vec![]; c.n_layer];
+        let mut logits = vec![];
+        for (p, &tok) in tokens.iter().enumerate() {
+            let mut x = embd[tok as usize * c.n_embd..][..c.n_embd].to_vec();
+            for l in 0..c.n_layer {
+                let n = LayerNames::new(l);
+                let xn = norm(&x, &w(&n.attn_norm));
+                let (mut q, mut k, v) = (mv(&w(&n.wq), &xn), mv(&w(&n.wk), &xn), mv(&w(&n.wv), &xn));
+                rot(&mut q, p);
+                rot(&mut k, p);
+                ks[l].push(k);
+                vs[l].push(v);
+                let mut att = vec![0.0; c.n_embd];
+                for h in 0..c.n_head {
+                    let kvh = h * c.n_head_kv / c.n_head;
+                    let d = c.head_dim;
+                    let s: Vec<f64> = ks[l]
+                        .iter()
+                        .map(|k| (0..d).map(|i| q[h * d + i] * k[kvh * d + i]).sum::<f64>() / (d as f64).sqrt())
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = s.iter().map(|s| (s - m).exp()).sum();
+                    for (j, s) in s.iter().enumerate() {
+                        for i in 0..d {
+                            att[h * d + i] += (s - m).exp() / z * vs[l][j][kvh * d + i];
+                        }
+                    }
+                }
+                x = x.iter().zip(mv(&w(&n.wo), &att)).map(|(a, b)| a + b).collect();
+                let xn = norm(&x, &w(&n.ffn_norm));
+                let h: Vec<f64> =
+                    mv(&w(&n.w_gate), &xn).iter().zip(mv(&w(&n.w_up), &xn)).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+                x = x.iter().zip(mv(&w(&n.w_down), &h)).map(|(a, b)| a + b).collect();
+            }
+            logits.push(mv(&out_w, &norm(&x, &w(OUTPUT_NORM))));
+        }
+        logits
+    }
+
+    #[test]
+    fn tiny_model_matches_a_naive_forward_pass() {
+        for tied in [true, false] {
+            let g = tiny_gguf(tied, |_| {});
+            let mut m = Interpreter::new(&g).unwrap();
+            let tokens = [3, 1, 4, 1, 5, 9, 2, 6, 5];
+            let f = m.forward(&tokens).unwrap();
+            assert_eq!(m.position(), tokens.len());
+            assert_eq!(f.logits.len(), tokens.len());
+            assert_eq!(f.layer_hidden.len(), 2);
+            assert!(f.layer_hidden.iter().all(|l| l.len() == tokens.len() && l.iter().all(|h| h.len() == 8)));
+            let want = naive_forward(&g, &tokens);
+            for (p, (got, want)) in f.logits.iter().zip(&want).enumerate() {
+                let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+                let e = relative_l2(got, &want);
+                assert!(e < 1e-5, "tied {tied} position {p}: relative error {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn tiny_model_batch_equals_one_at_a_time_bitwise() {
+        let g = tiny_gguf(true, |_| {});
+        let mut m = Interpreter::new(&g).unwrap();
+        let tokens = [7, 0, 9, 9, 2, 4, 8, 1, 3, 6, 5];
+        let all = m.forward(&tokens[..3]).unwrap();
+        let rest = m.forward(&tokens[3..]).unwrap();
+        assert_eq!(m.position(), tokens.len());
+        m.reset();
+        assert_eq!(m.position(), 0);
+        let mut logits = vec![];
+        let mut hidden = vec![vec![]; 2];
+        for &t in &tokens {
+            let f = m.forward(&[t]).unwrap();
+            logits.extend(f.logits);
+            for (l, h) in f.layer_hidden.into_iter().enumerate() {
+                hidden[l].extend(h);
+            }
+        }
+        let batched: Vec<Vec<f32>> = all.logits.into_iter().chain(rest.logits).collect();
+        assert_eq!(batched, logits);
+        for l in 0..2 {
+            let b: Vec<Vec<f32>> = all.layer_hidden[l].iter().chain(&rest.layer_hidden[l]).cloned().collect();
+            assert_eq!(b, hidden[l]);
+        }
+        // A clone continues the sequence on its own.
+        let mut a = m.clone();
+        let (fa, fm) = (a.forward(&[1]).unwrap(), m.forward(&[1]).unwrap());
+        assert_eq!(fa, fm);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let g = tiny_gguf(true, |_| {});
+        let mut m = Interpreter::new(&g).unwrap();
+        let e = m.forward(&[]).unwrap_err().to_string();
+        assert!(e.contains("at least one token"), "{e}");
+        let e = m.forward(&[1, 10]).unwrap_err().to_string();
+        assert!(e.contains("token id 10 is outside the vocabulary of 10"), "{e}");
+        m.forward(&[1; 30]).unwrap();
+        let e = m.forward(&[1; 3]).unwrap_err().to_string();
+        assert!(e.contains("3 tokens at position 30 exceed the context length 32"), "{e}");
+        assert_eq!(m.position(), 30, "a refused forward pass changes nothing");
+        m.forward(&[1; 2]).unwrap();
+        // A wrong-shaped tensor is refused at load.
+        let g = tiny_gguf(true, |t| t.iter_mut().filter(|(n, _)| n == "blk.0.ffn_down.weight").for_each(|(_, d)| *d = vec![8, 12]));
+        assert!(matches!(Interpreter::new(&g), Err(ModelError::Shape { .. })));
+    }
+
+    #[test]
+    fn relative_l2_values() {
+        assert_eq!(relative_l2(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert_eq!(relative_l2(&[0.0; 3], &[0.0; 3]), 0.0);
+        assert!((relative_l2(&[3.0, 4.0], &[0.0, 5.0]) - (10f64).sqrt() / 5.0).abs() < 1e-12);
+        assert_eq!(relative_l2(&[1.0], &[0.0]), f64::INFINITY);
+    }
+
+    #[test]
+    fn matmul_is_independent_of_batch_and_threads() {
+        let (rows, cols) = (300, 1000); // large enough to run on several threads
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+        let x: Vec<f32> = (0..7 * cols).map(|i| ((i * 104729) % 997) as f32 / 997.0 - 0.5).collect();
+        let batch = matmul(&w, rows, cols, &x);
+        for t in 0..7 {
+            let one = matmul(&w, rows, cols, &x[t * cols..][..cols]);
+            assert_eq!(&batch[t * rows..][..rows], &one[..]);
+            let plain: Vec<f32> = (0..rows).map(|r| dot(&w[r * cols..][..cols], &x[t * cols..][..cols])).collect();
+            assert_eq!(one, plain);
+        }
+    }
+
+    // The real model. CI fetches it into the cache; the tests fail (never skip) without it.
+
+    const DEFAULT_MODEL: &str = "/tmp/opu-cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+    fn model_path() -> PathBuf {
+        let path = std::env::var_os("OPU_MODEL_GGUF").map_or_else(|| PathBuf::from(DEFAULT_MODEL), PathBuf::from);
+        assert!(
+            path.is_file(),
+            "SmolLM2-135M-Instruct (Q4_1 GGUF) not found at {}: fetch it into the model cache or set OPU_MODEL_GGUF \
+             to its path",
+            path.display()
+        );
+        path
+    }
+
+    /// The model, loaded once for all tests (clones share the weights).
+    fn smollm2() -> Interpreter {
+        static MODEL: OnceLock<Interpreter> = OnceLock::new();
+        MODEL
+            .get_or_init(|| {
+                let start = Instant::now();
+                let g = Gguf::open(model_path()).unwrap();
+                let m = Interpreter::new(&g).unwrap();
+                eprintln!("loaded {} in {:.2?}", g.path.display(), start.elapsed());
+                m
+            })
+            .clone()
+    }
+
+    /// The ids of `key` in the entry `name` of the section `section` of the reference test vectors.
+    fn reference_ids(section: &str, name: &str, key: &str) -> Vec<u32> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/smollm2_reference.json");
+        let json = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let after = |s: &str, from: usize| from + json[from..].find(s).unwrap_or_else(|| panic!("{path}: no `{s}`")) + s.len();
+        let at = after(&format!("\"{name}\""), after(&format!("\"{section}\""), 0));
+        let open = after("[", after(&format!("\"{key}\""), at));
+        let close = open + json[open..].find(']').unwrap();
+        json[open..close].split(',').map(|s| s.trim().parse().unwrap()).collect()
+    }
+
+    fn argmax(logits: &[f32]) -> u32 {
+        opu_hw::numerics::vector::argmax(logits.iter().copied())
+    }
+
+    #[test]
+    fn smollm2_greedy_chat_capital() {
+        let prompt = reference_ids("tokenization", "chat_capital", "prompt_ids");
+        let want = reference_ids("greedy", "chat_capital", "generated_ids");
+        assert_eq!(want, [504, 3575, 282, 4649, 314, 7042, 30, 2]);
+        let mut m = smollm2();
+        let start = Instant::now();
+        let f = m.forward(&prompt).unwrap();
+        let prefill = start.elapsed();
+        let mut next = argmax(f.logits.last().unwrap());
+        let mut generated = vec![next];
+        let start = Instant::now();
+        while next != 2 && next != 0 && generated.len() < want.len() + 8 {
+            next = argmax(&m.forward(&[next]).unwrap().logits[0]);
+            generated.push(next);
+        }
+        let per_token = start.elapsed() / (generated.len() as u32 - 1).max(1);
+        eprintln!("prefill of {} tokens: {prefill:.2?}; decode: {per_token:.2?} per token", prompt.len());
+        assert_eq!(generated, want);
+        assert_eq!(m.position(), prompt.len() + want.len() - 1);
+    }
+
+    #[test]
+    fn smollm2_prefill_equals_incremental() {
+        let prompt = reference_ids("tokenization", "plain_robot", "prompt_ids");
+        let mut m = smollm2();
+        let all = m.forward(&prompt).unwrap();
+        m.reset();
+        let mut worst = 0f32;
+        for (p, &t) in prompt.iter().enumerate() {
+            let one = m.forward(&[t]).unwrap();
+            assert_eq!(one.logits.len(), 1);
+            for (a, b) in all.logits[p].iter().zip(&one.logits[0]) {
+                worst = worst.max((a - b).abs());
+            }
+        }
+        eprintln!("prefill vs incremental: largest logit difference {worst}");
+        assert!(worst <= 1e-3, "prefill and incremental logits differ by {worst}");
+    }
+
+    #[test]
+    fn smollm2_layer_hidden() {
+        let mut m = smollm2();
+        assert_eq!(m.graph().layer_outputs.len(), 30);
+        let f = m.forward(&[1, 9690, 198]).unwrap();
+        assert_eq!(f.logits.len(), 3);
+        assert!(f.logits.iter().all(|l| l.len() == 49152 && l.iter().all(|v| v.is_finite())));
+        assert_eq!(f.layer_hidden.len(), 30);
+        assert!(f.layer_hidden.iter().all(|l| l.len() == 3 && l.iter().all(|h| h.len() == 576)));
+        let last = &f.layer_hidden[29][2];
+        assert_eq!(relative_l2(last, last), 0.0);
+        // Layers differ from each other: the residual stream moves.
+        assert!(relative_l2(&f.layer_hidden[28][2], last) > 0.0);
+    }
+}

@@ -1,0 +1,480 @@
+//! Lowering a llama model to OPU programs.
+//!
+//! Two entry points share one device-memory image: `decode` runs one token (`ntok = 1`), `prefill` runs a
+//! batch of `max_batch` prompt tokens per pass, so every weight matrix is streamed once per batch rather than
+//! once per token. Both read the token ids of the pass from the `ids` region, take the position of the first
+//! token in `r9` (ARG1), append K/V for their positions and write FP32 logits of every token of the pass to
+//! the `logits` region (row `t` at `logits_addr + t * logits_row_bytes`).
+//!
+//! Fusions (SkipOPU): each residual add is fused into the projection that produces it (`matmul acc=1`), and
+//! the sum of squares that the next RMSNorm needs accumulates in the same stream (`red=set`), so RMSNorm is a
+//! single element-wise pass; attention runs online softmax over the KV cache, once per KV head for its whole
+//! group of query heads (each K/V row is read once per group).
+
+use crate::gguf::Gguf;
+use crate::llama::{tensor, LayerNames, LlamaConfig, ModelError, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
+use crate::plan::{line, line_up, pad4, DevicePlan, SpmPlan};
+use crate::quantize::{self, QuantMatrix, TensorReport};
+use opu_hw::container::{Container, ContainerError, MemoryLayout};
+use opu_hw::isa::{Csr, F32Bits, Instr, RedMode, Reg, RopeStyle, LINE_BYTES};
+use opu_hw::numerics::fp16::{f16_to_f32, f32_to_f16};
+use opu_hw::numerics::vector::{rope_table_row, DType, VecOp};
+use opu_hw::numerics::WeightFormat;
+use opu_hw::OverlayConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Options of `opu compile`.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// KV cache and RoPE table size in positions (default: the model's context length).
+    pub max_context: Option<usize>,
+    /// Store the residual stream after every layer into the `trace` region (layer-by-layer comparison).
+    pub trace_layers: bool,
+}
+
+/// Why a model could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Container(#[from] ContainerError),
+    #[error("{path}: {what}")]
+    Unsupported { path: String, what: String },
+    #[error("overlay `{config}`: {what}")]
+    DoesNotFit { config: String, what: String },
+}
+
+/// One entry point of a program.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Entry {
+    pub name: String,
+    /// Tokens per pass.
+    pub ntok: usize,
+    pub code_addr: u64,
+    pub instructions: usize,
+}
+
+/// What the runtime needs to drive a compiled model (stored as the container's META section).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ProgramMeta {
+    pub kind: String,
+    pub model: String,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+    pub max_context: usize,
+    pub entries: Vec<Entry>,
+    /// Token ids of the pass (u32 each).
+    pub ids_addr: u64,
+    /// FP32 logits, one row per token of the pass.
+    pub logits_addr: u64,
+    pub logits_row_bytes: u64,
+    /// Residual stream after each layer (FP16), `[layer][token][n_embd]`, when traced.
+    pub trace_addr: Option<u64>,
+    pub trace_layer_bytes: u64,
+    pub trace_row_bytes: u64,
+    /// Weight bytes (all matrices as stored on the device).
+    pub weight_bytes: u64,
+    /// Device-memory bytes one decode step reads and writes apart from attention's K/V reads.
+    pub decode_bytes_static: u64,
+    /// K/V bytes attention reads per cached position per decode step.
+    pub kv_bytes_per_position: u64,
+    pub tensors: Vec<TensorReport>,
+    /// Largest relative error of the FP16 embedding table the gather reads (exact weights rounded to FP16).
+    pub embedding_f16_max_rel_error: f64,
+}
+
+/// A compiled model: the container and its meta.
+pub struct Compiled {
+    pub container: Container,
+    pub meta: ProgramMeta,
+}
+
+/// Device addresses of one layer's data.
+struct LayerAddrs {
+    attn_norm: u64,
+    ffn_norm: u64,
+    wq: (u64, WeightFormat),
+    wk: (u64, WeightFormat),
+    wv: (u64, WeightFormat),
+    wo: (u64, WeightFormat),
+    w_gate: (u64, WeightFormat),
+    w_up: (u64, WeightFormat),
+    w_down: (u64, WeightFormat),
+    k_cache: u64,
+    v_cache: u64,
+}
+
+struct Layout {
+    ids: u64,
+    logits: u64,
+    logits_row_bytes: u64,
+    embed_f16: u64,
+    out_norm: u64,
+    output: (u64, WeightFormat),
+    rope: u64,
+    layers: Vec<LayerAddrs>,
+    trace: Option<u64>,
+    trace_layer_bytes: u64,
+}
+
+/// Scratchpad buffers (word addresses) for a pass of `b` tokens.
+struct SpmBufs {
+    ids: u32,
+    x: u32,
+    xn: u32,
+    q: u32,
+    k: u32,
+    v: u32,
+    att: u32,
+    gate: u32,
+    up: u32,
+    rope: u32,
+    gain: u32,
+    logits: u32,
+    /// Output rows per chunk of the output projection.
+    chunk_rows: usize,
+}
+
+fn r(i: u8) -> Reg {
+    Reg(i)
+}
+
+const POS: Reg = Reg(9);
+
+/// Compiles a llama GGUF for `config`.
+pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    let cfg = LlamaConfig::from_gguf(g)?;
+    let path = g.path.display().to_string();
+    let unsupported = |what: String| CompileError::Unsupported { path: path.clone(), what };
+    let fits = |what: String| CompileError::DoesNotFit { config: config.name.clone(), what };
+    let (e, hd, hkv) = (cfg.n_embd, cfg.head_dim, cfg.n_head_kv);
+    if e % 16 != 0 || hd % 16 != 0 || hd > 1022 {
+        return Err(unsupported(format!("n_embd {e} and head_dim {hd} must be multiples of 16 (head_dim at most 1022)")));
+    }
+    if cfg.n_head / hkv > 15 {
+        return Err(unsupported(format!("{} query heads per KV head: the overlay's attention groups hold at most 15", cfg.n_head / hkv)));
+    }
+    if e > 65535 || cfg.n_ff > 65535 {
+        return Err(unsupported("matrix dimensions above 65535".into()));
+    }
+    let max_context = opts.max_context.unwrap_or(cfg.context_length).min(cfg.context_length);
+    if max_context == 0 {
+        return Err(unsupported("--max-context must be at least 1".into()));
+    }
+    let batch = config.max_batch as usize;
+
+    // Weights, in overlay formats.
+    let mut reports = Vec::new();
+    let mut mat = |name: &str| -> Result<QuantMatrix, CompileError> {
+        let (m, rep) = quantize::matrix(g, tensor(g, name)?)?;
+        reports.push(rep);
+        Ok(m)
+    };
+    let mut layer_mats = Vec::with_capacity(cfg.n_layer);
+    for l in 0..cfg.n_layer {
+        let n = LayerNames::new(l);
+        layer_mats.push([mat(&n.wq)?, mat(&n.wk)?, mat(&n.wv)?, mat(&n.wo)?, mat(&n.w_gate)?, mat(&n.w_up)?, mat(&n.w_down)?]);
+    }
+    let output = mat(if cfg.tied_output { TOKEN_EMBD } else { OUTPUT })?;
+    let gains = |name: &str| -> Result<Vec<u8>, CompileError> {
+        Ok(quantize::gains(g, tensor(g, name)?)?.iter().flat_map(|x| x.to_le_bytes()).collect())
+    };
+
+    // The embedding table the gather reads: the exact weights rounded to FP16 (activations are FP16).
+    let embd = tensor(g, TOKEN_EMBD)?;
+    let embd_f32 = g.dequantize(embd).map_err(ModelError::from)?;
+    let mut embed_f16 = Vec::with_capacity(embd_f32.len() * 2);
+    let mut embed_rel = 0.0f64;
+    for &w in &embd_f32 {
+        let h = f32_to_f16(w);
+        if w != 0.0 {
+            embed_rel = embed_rel.max(((f16_to_f32(h) - w) / w).abs() as f64);
+        }
+        embed_f16.extend_from_slice(&h.to_le_bytes());
+    }
+    drop(embd_f32);
+
+    // Device memory.
+    let mut plan = DevicePlan::default();
+    let code_addr = plan.place("code", "code", 4 << 20);
+    let ids = plan.place("ids", "io", line_up(batch as u64 * 4));
+    let logits_row_bytes = line_up(cfg.vocab as u64 * 4);
+    let logits = plan.place("logits", "io", logits_row_bytes * batch as u64);
+    let mut data: Vec<(String, u64, Vec<u8>)> = Vec::new();
+    let mut put = |plan: &mut DevicePlan, name: String, kind: &str, bytes: Vec<u8>| -> u64 {
+        let a = plan.place(&name, kind, bytes.len() as u64);
+        data.push((name, a, bytes));
+        a
+    };
+    let place_mat = |plan: &mut DevicePlan, put: &mut dyn FnMut(&mut DevicePlan, String, &str, Vec<u8>) -> u64, m: QuantMatrix| {
+        let f = m.format;
+        (put(plan, m.name, "weights", m.bytes), f)
+    };
+    let mut layers = Vec::with_capacity(cfg.n_layer);
+    let kv_row = (hkv * hd * 2) as u64;
+    for (l, mats) in layer_mats.into_iter().enumerate() {
+        let n = LayerNames::new(l);
+        let attn_norm = put(&mut plan, n.attn_norm.clone(), "norms", gains(&n.attn_norm)?);
+        let ffn_norm = put(&mut plan, n.ffn_norm.clone(), "norms", gains(&n.ffn_norm)?);
+        let [wq, wk, wv, wo, w_gate, w_up, w_down] = mats;
+        layers.push(LayerAddrs {
+            attn_norm,
+            ffn_norm,
+            wq: place_mat(&mut plan, &mut put, wq),
+            wk: place_mat(&mut plan, &mut put, wk),
+            wv: place_mat(&mut plan, &mut put, wv),
+            wo: place_mat(&mut plan, &mut put, wo),
+            w_gate: place_mat(&mut plan, &mut put, w_gate),
+            w_up: place_mat(&mut plan, &mut put, w_up),
+            w_down: place_mat(&mut plan, &mut put, w_down),
+            k_cache: 0,
+            v_cache: 0,
+        });
+    }
+    let output_addr = place_mat(&mut plan, &mut put, output);
+    let out_norm = put(&mut plan, OUTPUT_NORM.into(), "norms", gains(OUTPUT_NORM)?);
+    let embed_f16_addr = put(&mut plan, "embed_f16".into(), "weights", embed_f16);
+    let mut rope = Vec::with_capacity(max_context * hd * 4);
+    for p in 0..max_context {
+        for (c, s) in rope_table_row(p as u32, hd as u32, f64::from(cfg.rope_theta)) {
+            rope.extend_from_slice(&c.to_le_bytes());
+            rope.extend_from_slice(&s.to_le_bytes());
+        }
+    }
+    let rope_addr = put(&mut plan, "rope".into(), "table", rope);
+    let weight_bytes: u64 = data.iter().filter(|(n, _, _)| n.ends_with(".weight") && !n.contains("norm")).map(|(_, _, d)| d.len() as u64).sum();
+    let mut bss = Vec::new();
+    for (l, la) in layers.iter_mut().enumerate() {
+        la.k_cache = plan.place(&format!("k{l}"), "kv", kv_row * max_context as u64);
+        la.v_cache = plan.place(&format!("v{l}"), "kv", kv_row * max_context as u64);
+        bss.push((format!("k{l}"), la.k_cache, kv_row * max_context as u64));
+        bss.push((format!("v{l}"), la.v_cache, kv_row * max_context as u64));
+    }
+    let trace_layer_bytes = (batch * e * 2) as u64;
+    let trace = opts.trace_layers.then(|| plan.place("trace", "io", trace_layer_bytes * cfg.n_layer as u64));
+    if plan.end() > config.device_memory_bytes {
+        return Err(fits(format!(
+            "the model needs {} MiB of device memory, the overlay has {} MiB (try a smaller --max-context)",
+            plan.end() >> 20,
+            config.device_memory_bytes >> 20
+        )));
+    }
+    let layout = Layout {
+        ids,
+        logits,
+        logits_row_bytes,
+        embed_f16: embed_f16_addr,
+        out_norm,
+        output: output_addr,
+        rope: rope_addr,
+        layers,
+        trace,
+        trace_layer_bytes,
+    };
+
+    // Programs.
+    let mut entries = Vec::new();
+    let mut programs = Vec::new();
+    let mut next_code = code_addr;
+    for (name, ntok) in [("decode", 1usize), ("prefill", batch)] {
+        let spm = spm_buffers(&cfg, config, ntok).ok_or_else(|| fits(format!("the scratchpad of {} bytes cannot hold a pass of {ntok} tokens", config.scratchpad_bytes)))?;
+        let program = emit(&cfg, &layout, &spm, ntok);
+        entries.push(Entry { name: name.into(), ntok, code_addr: next_code, instructions: program.len() });
+        next_code += line_up((program.len() * opu_hw::isa::INSTR_BYTES) as u64);
+        programs.push(program);
+    }
+    if next_code > code_addr + (4 << 20) {
+        return Err(fits("the programs exceed the 4 MiB code region".into()));
+    }
+    let decode_bytes_static = static_bytes(&programs[0]);
+    let meta = ProgramMeta {
+        kind: "opu-llama-v1".into(),
+        model: g.get_str("general.name").unwrap_or("llama").to_string(),
+        n_layer: cfg.n_layer,
+        n_embd: e,
+        n_head: cfg.n_head,
+        n_head_kv: hkv,
+        head_dim: hd,
+        vocab: cfg.vocab,
+        max_context,
+        entries: entries.clone(),
+        ids_addr: ids,
+        logits_addr: logits,
+        logits_row_bytes,
+        trace_addr: trace,
+        trace_layer_bytes,
+        trace_row_bytes: (e * 2) as u64,
+        weight_bytes,
+        decode_bytes_static,
+        kv_bytes_per_position: (cfg.n_layer * hkv * hd * 2 * 2) as u64,
+        tensors: reports,
+        embedding_f16_max_rel_error: embed_rel,
+    };
+
+    let mut c = Container::new(config);
+    for (entry, program) in entries.iter().zip(&programs) {
+        c.add_code(&entry.name, entry.code_addr, program)?;
+    }
+    // Container section names hold 16 bytes: name data sections by index, the layout has the real names.
+    for (i, (_, addr, bytes)) in data.into_iter().enumerate() {
+        c.add_data(&format!("d{i}"), addr, bytes)?;
+    }
+    for (name, addr, bytes) in bss {
+        c.add_bss(&name, addr, bytes)?;
+    }
+    c.set_layout(&MemoryLayout { regions: plan.regions })?;
+    c.set_meta(&serde_json::to_value(&meta).expect("meta serializes"))?;
+    c.check_config(config)?;
+    Ok(Compiled { container: c, meta })
+}
+
+fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize) -> Option<SpmBufs> {
+    let row = |n: usize, bytes: usize| (b as u32) * pad4((n * bytes) as u32);
+    let kv = cfg.n_head_kv * cfg.head_dim;
+    let mut s = SpmPlan::new(config.scratchpad_bytes);
+    let mut bufs = SpmBufs {
+        ids: s.place("ids", b as u32 * 4)?,
+        x: s.place("x", row(cfg.n_embd, 2))?,
+        xn: s.place("xn", row(cfg.n_embd, 2))?,
+        q: s.place("q", row(cfg.n_embd, 2))?,
+        k: s.place("k", row(kv, 2))?,
+        v: s.place("v", row(kv, 2))?,
+        att: s.place("att", row(cfg.n_embd, 2))?,
+        gate: s.place("gate", row(cfg.n_ff, 2))?,
+        up: s.place("up", row(cfg.n_ff, 2))?,
+        rope: s.place("rope", row(cfg.head_dim / 2, 8))?,
+        gain: s.place("gain", (cfg.n_embd * 4) as u32)?,
+        logits: 0,
+        chunk_rows: 0,
+    };
+    // The output projection in chunks of rows that fit what is left (a multiple of 32 rows keeps every
+    // chunk's weights line-aligned; at most 16352 so a logits row fits `store2d`'s 16-bit row length).
+    let free_rows = (s.free() as usize / (b * 4)).min(16352).min(cfg.vocab.div_ceil(32) * 32);
+    let chunk_rows = free_rows / 32 * 32;
+    if chunk_rows == 0 {
+        return None;
+    }
+    bufs.logits = s.place("logits", (b * chunk_rows * 4) as u32)?;
+    bufs.chunk_rows = chunk_rows;
+    Some(bufs)
+}
+
+/// Emits one pass of `b` tokens.
+fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
+    let (e, hd, h, hkv, f) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.n_ff);
+    let group = h / hkv;
+    let kv = hkv * hd;
+    let words = |bytes: usize| (bytes / 4) as u32;
+    let (x_row, kv_row_spm, rope_row) = (pad4((e * 2) as u32) as usize, pad4((kv * 2) as u32) as usize, hd / 2 * 8);
+    let eps = F32Bits::new(cfg.rms_eps);
+    let n = b as u32;
+    let mut p = Vec::new();
+    let mm = |p: &mut Vec<Instr>, (w, fmt): (u64, WeightFormat), dst: u32, src: u32, rows: usize, cols: usize, acc: bool, red: RedMode, out: DType| {
+        p.push(Instr::Matmul { fmt, out, acc, red, ntok: n, dst, src, rows: rows as u32, cols: cols as u32, w: line(w) });
+    };
+    let rmsnorm = |p: &mut Vec<Instr>, gain_addr: u64| {
+        p.push(Instr::Load { spm: s.gain, mem: line(gain_addr), bytes: (e * 4) as u32, idx: r(0), stride: 0 });
+        p.push(Instr::Rmsnorm { dd: DType::F16, ds: DType::F16, rows: n, dst: s.xn, src: s.x, g: s.gain, n: e as u32, eps });
+    };
+
+    // Token ids -> embedding rows (FP16) -> the first sum of squares.
+    p.push(Instr::Load { spm: s.ids, mem: line(lay.ids), bytes: n * 4, idx: r(0), stride: 0 });
+    for t in 0..b {
+        p.push(Instr::Ldr { rd: r(1), spm: s.ids + t as u32 });
+        p.push(Instr::Load { spm: s.x + words(t * x_row), mem: line(lay.embed_f16), bytes: (e * 2) as u32, idx: r(1), stride: (e * 2 / LINE_BYTES as usize) as u32 });
+    }
+    p.push(Instr::Vop { op: VecOp::Copy, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::Set, rows: n, dst: s.x, a: s.x, b: s.x, n: e as u32 });
+    p.push(Instr::Csrw { csr: Csr::HeadDim, rs: r(0), imm: hd as u32 });
+    p.push(Instr::Csrw { csr: Csr::KvStride, rs: r(0), imm: (kv * 2 / LINE_BYTES as usize) as u32 });
+    p.push(Instr::Csrw { csr: Csr::AttnScale, rs: r(0), imm: (1.0 / (hd as f32).sqrt()).to_bits() });
+
+    for (l, la) in lay.layers.iter().enumerate() {
+        // Attention block.
+        rmsnorm(&mut p, la.attn_norm);
+        mm(&mut p, la.wq, s.q, s.xn, e, e, false, RedMode::None, DType::F16);
+        mm(&mut p, la.wk, s.k, s.xn, kv, e, false, RedMode::None, DType::F16);
+        mm(&mut p, la.wv, s.v, s.xn, kv, e, false, RedMode::None, DType::F16);
+        for t in 0..b {
+            p.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
+            p.push(Instr::Load { spm: s.rope + words(t * rope_row), mem: line(lay.rope), bytes: rope_row as u32, idx: r(2), stride: (rope_row / LINE_BYTES as usize) as u32 });
+        }
+        p.push(Instr::Rope { style: RopeStyle::Normal, heads: h as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
+        p.push(Instr::Rope { style: RopeStyle::Normal, heads: hkv as u32, head_dim: hd as u32, rows: n, dst: s.k, src: s.k, table: s.rope });
+        for t in 0..b {
+            p.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
+            for kh in 0..hkv {
+                let off = t * kv_row_spm + kh * hd * 2;
+                let head = (kh * hd * 2) as u64;
+                p.push(Instr::Kvappend { pos: r(2), ksrc: s.k + words(off), vsrc: s.v + words(off), k: line(la.k_cache + head), v: line(la.v_cache + head) });
+            }
+        }
+        for t in 0..b {
+            p.push(Instr::Addi { rd: r(1), rs: POS, imm: t as u32 + 1 });
+            for kh in 0..hkv {
+                let off = t * x_row + kh * group * hd * 2;
+                let head = (kh * hd * 2) as u64;
+                p.push(Instr::Attn { group: group as u32, kvh: kh as u32, len: r(1), dst: s.att + words(off), q: s.q + words(off), k: line(la.k_cache + head), v: line(la.v_cache + head) });
+            }
+        }
+        // x += Wo att, and the sum of squares of the new x for the FFN norm.
+        mm(&mut p, la.wo, s.x, s.att, e, e, true, RedMode::Set, DType::F16);
+        // FFN block.
+        rmsnorm(&mut p, la.ffn_norm);
+        mm(&mut p, la.w_gate, s.gate, s.xn, f, e, false, RedMode::None, DType::F16);
+        mm(&mut p, la.w_up, s.up, s.xn, f, e, false, RedMode::None, DType::F16);
+        p.push(Instr::Vop { op: VecOp::SwiGlu, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::None, rows: n, dst: s.gate, a: s.gate, b: s.up, n: f as u32 });
+        mm(&mut p, la.w_down, s.x, s.gate, e, f, true, RedMode::Set, DType::F16);
+        if let Some(trace) = lay.trace {
+            let at = trace + l as u64 * lay.trace_layer_bytes;
+            p.push(Instr::Store2d { spm: s.x, mem: line(at), row_bytes: (e * 2) as u32, rows: n, mem_stride: (e * 2 / LINE_BYTES as usize) as u32, spm_stride: words(x_row) });
+        }
+    }
+    // Final norm and the output projection, in chunks of rows, each stored as FP32 logits.
+    rmsnorm(&mut p, lay.out_norm);
+    let (out_addr, out_fmt) = lay.output;
+    let out_row_bytes = out_fmt.row_bytes(e).expect("validated") as u64;
+    let mut row0 = 0;
+    while row0 < cfg.vocab {
+        let rows = s.chunk_rows.min(cfg.vocab - row0);
+        mm(&mut p, (out_addr + row0 as u64 * out_row_bytes, out_fmt), s.logits, s.xn, rows, e, false, RedMode::None, DType::F32);
+        p.push(Instr::Store2d {
+            spm: s.logits,
+            mem: line(lay.logits + row0 as u64 * 4),
+            row_bytes: (rows * 4) as u32,
+            rows: n,
+            mem_stride: line(lay.logits_row_bytes),
+            spm_stride: rows as u32,
+        });
+        row0 += rows;
+    }
+    p.push(Instr::End {});
+    p
+}
+
+/// Device-memory bytes a program moves, apart from attention's K/V reads (which grow with the position).
+pub fn static_bytes(program: &[Instr]) -> u64 {
+    program
+        .iter()
+        .map(|i| match *i {
+            Instr::Matmul { fmt, rows, cols, .. } => u64::from(rows) * fmt.row_bytes(cols as usize).unwrap_or(0) as u64,
+            Instr::Load { bytes, .. } | Instr::Store { bytes, .. } => u64::from(bytes),
+            Instr::Load2d { row_bytes, rows, .. } | Instr::Store2d { row_bytes, rows, .. } => u64::from(row_bytes) * u64::from(rows),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Instructions of a program by class (`SPECS[..].class`).
+pub fn count_by_class(program: &[Instr]) -> BTreeMap<&'static str, usize> {
+    let mut m = BTreeMap::new();
+    for i in program {
+        *m.entry(i.spec().class).or_insert(0) += 1;
+    }
+    m
+}
