@@ -249,6 +249,19 @@ fn attention(q: &[f32], cache: &KvCache, n_head: usize, n_head_kv: usize, head_d
     out
 }
 
+/// `[dot(a[0], b[0]), .., dot(a[3], b[3])]`, each exactly as [`dot`] computes it.
+fn dots4(a: [&[f32]; 4], b: [&[f32]; 4]) -> [f32; 4] {
+    let len = a[0].len();
+    let (a, b) = (a.map(|s| &s[..len]), b.map(|s| &s[..len]));
+    let mut acc = [0f32; 4];
+    for k in 0..len {
+        for i in 0..4 {
+            acc[i] += a[i][k] * b[i][k];
+        }
+    }
+    acc
+}
+
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = 0f32;
     for (&x, &y) in a.iter().zip(b) {
@@ -265,26 +278,28 @@ fn matmul(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     // [row][token], contiguous per weight row, so threads can own disjoint row ranges.
     let mut by_row = vec![0f32; rows * n];
     let threads = if rows * cols * n < 1 << 18 { 1 } else { std::thread::available_parallelism().map_or(1, |p| p.get()).min(rows) };
-    let per = rows.div_ceil(threads);
+    let per = rows.div_ceil(threads).next_multiple_of(4);
+    let row = |r: usize| &w[r * cols..][..cols];
+    let tok = |t: usize| &x[t * cols..][..cols];
+    // Four dot products at a time (four independent accumulators, each in index order): four tokens against
+    // one weight row, and for the tokens left over, one token against four weight rows.
     let work = |first: usize, out: &mut [f32]| {
-        for (r, y) in out.chunks_exact_mut(n).enumerate() {
-            let wr = &w[(first + r) * cols..][..cols];
-            // Four tokens at a time: four independent accumulators, each in index order.
-            let mut t = 0;
-            while t + 4 <= n {
-                let xs: [&[f32]; 4] = std::array::from_fn(|i| &x[(t + i) * cols..][..cols]);
-                let mut acc = [0f32; 4];
-                for k in 0..cols {
-                    let wk = wr[k];
-                    for i in 0..4 {
-                        acc[i] += wk * xs[i][k];
-                    }
+        let full = n / 4 * 4;
+        for (g, ys) in out.chunks_mut(4 * n).enumerate() {
+            let (r0, nr) = (first + 4 * g, ys.len() / n);
+            for i in 0..nr {
+                for t in (0..full).step_by(4) {
+                    let acc = dots4([row(r0 + i); 4], [tok(t), tok(t + 1), tok(t + 2), tok(t + 3)]);
+                    ys[i * n + t..][..4].copy_from_slice(&acc);
                 }
-                y[t..t + 4].copy_from_slice(&acc);
-                t += 4;
             }
-            for t in t..n {
-                y[t] = dot(wr, &x[t * cols..][..cols]);
+            for t in full..n {
+                if nr == 4 {
+                    let acc = dots4([row(r0), row(r0 + 1), row(r0 + 2), row(r0 + 3)], [tok(t); 4]);
+                    (0..4).for_each(|i| ys[i * n + t] = acc[i]);
+                } else {
+                    (0..nr).for_each(|i| ys[i * n + t] = dot(row(r0 + i), tok(t)));
+                }
             }
         }
     };
@@ -420,9 +435,9 @@ mod tests {
         }
         let batched: Vec<Vec<f32>> = all.logits.into_iter().chain(rest.logits).collect();
         assert_eq!(batched, logits);
-        for l in 0..2 {
+        for (l, one) in hidden.iter().enumerate() {
             let b: Vec<Vec<f32>> = all.layer_hidden[l].iter().chain(&rest.layer_hidden[l]).cloned().collect();
-            assert_eq!(b, hidden[l]);
+            assert_eq!(&b, one);
         }
         // A clone continues the sequence on its own.
         let mut a = m.clone();
@@ -458,7 +473,7 @@ mod tests {
 
     #[test]
     fn matmul_is_independent_of_batch_and_threads() {
-        let (rows, cols) = (300, 1000); // large enough to run on several threads
+        let (rows, cols) = (303, 1000); // large enough to run on several threads; a partial group of rows
         let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
         let x: Vec<f32> = (0..7 * cols).map(|i| ((i * 104729) % 997) as f32 / 997.0 - 0.5).collect();
         let batch = matmul(&w, rows, cols, &x);
@@ -472,13 +487,20 @@ mod tests {
 
     // The real model. CI fetches it into the cache; the tests fail (never skip) without it.
 
-    const DEFAULT_MODEL: &str = "/tmp/opu-cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-
+    /// `$OPU_MODEL_GGUF`, else where `opu fetch smollm2` puts it (the host's model cache convention:
+    /// `$OPU_CACHE`, else `$HOME/.cache/opu`).
     fn model_path() -> PathBuf {
-        let path = std::env::var_os("OPU_MODEL_GGUF").map_or_else(|| PathBuf::from(DEFAULT_MODEL), PathBuf::from);
+        let cache = || {
+            std::env::var_os("OPU_CACHE")
+                .filter(|c| !c.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/opu"))
+        };
+        let path = std::env::var_os("OPU_MODEL_GGUF")
+            .map_or_else(|| cache().join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"), PathBuf::from);
         assert!(
             path.is_file(),
-            "SmolLM2-135M-Instruct (Q4_1 GGUF) not found at {}: fetch it into the model cache or set OPU_MODEL_GGUF \
+            "SmolLM2-135M-Instruct (Q4_1 GGUF) not found at {}: run `opu fetch smollm2` or set OPU_MODEL_GGUF \
              to its path",
             path.display()
         );

@@ -496,7 +496,7 @@ pub(crate) mod tests {
         assert_eq!(g.nodes.len(), 30 * 15 + 3);
         assert_eq!(
             g.op_counts(),
-            [("embedding", 1), ("rmsnorm", 61), ("matmul", 211), ("rope", 60), ("attention", 30), ("swiglu", 30), ("add", 60)]
+            [("embedding", 1), ("rmsnorm", 61), ("matmul", 211), ("rope", 60), ("attention", 30), ("add", 60), ("swiglu", 30)]
         );
         assert_eq!(g.inputs.len(), 1);
         assert_eq!(g.inputs[0].shape, Shape::Token);

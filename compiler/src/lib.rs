@@ -8,6 +8,8 @@
 pub use opu_hw as hw;
 
 pub mod gguf;
+pub mod interp;
+pub mod ir;
 pub mod llama;
 pub mod lower;
 pub mod plan;

@@ -206,40 +206,31 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     let ids = plan.place("ids", "io", line_up(batch as u64 * 4));
     let logits_row_bytes = line_up(cfg.vocab as u64 * 4);
     let logits = plan.place("logits", "io", logits_row_bytes * batch as u64);
-    let mut data: Vec<(String, u64, Vec<u8>)> = Vec::new();
-    let mut put = |plan: &mut DevicePlan, name: String, kind: &str, bytes: Vec<u8>| -> u64 {
-        let a = plan.place(&name, kind, bytes.len() as u64);
-        data.push((name, a, bytes));
-        a
-    };
-    let place_mat = |plan: &mut DevicePlan, put: &mut dyn FnMut(&mut DevicePlan, String, &str, Vec<u8>) -> u64, m: QuantMatrix| {
-        let f = m.format;
-        (put(plan, m.name, "weights", m.bytes), f)
-    };
+    let mut image = Image { plan, data: Vec::new() };
     let mut layers = Vec::with_capacity(cfg.n_layer);
     let kv_row = (hkv * hd * 2) as u64;
     for (l, mats) in layer_mats.into_iter().enumerate() {
         let n = LayerNames::new(l);
-        let attn_norm = put(&mut plan, n.attn_norm.clone(), "norms", gains(&n.attn_norm)?);
-        let ffn_norm = put(&mut plan, n.ffn_norm.clone(), "norms", gains(&n.ffn_norm)?);
+        let attn_norm = image.put(&n.attn_norm, "norms", gains(&n.attn_norm)?);
+        let ffn_norm = image.put(&n.ffn_norm, "norms", gains(&n.ffn_norm)?);
         let [wq, wk, wv, wo, w_gate, w_up, w_down] = mats;
         layers.push(LayerAddrs {
             attn_norm,
             ffn_norm,
-            wq: place_mat(&mut plan, &mut put, wq),
-            wk: place_mat(&mut plan, &mut put, wk),
-            wv: place_mat(&mut plan, &mut put, wv),
-            wo: place_mat(&mut plan, &mut put, wo),
-            w_gate: place_mat(&mut plan, &mut put, w_gate),
-            w_up: place_mat(&mut plan, &mut put, w_up),
-            w_down: place_mat(&mut plan, &mut put, w_down),
+            wq: image.put_matrix(wq),
+            wk: image.put_matrix(wk),
+            wv: image.put_matrix(wv),
+            wo: image.put_matrix(wo),
+            w_gate: image.put_matrix(w_gate),
+            w_up: image.put_matrix(w_up),
+            w_down: image.put_matrix(w_down),
             k_cache: 0,
             v_cache: 0,
         });
     }
-    let output_addr = place_mat(&mut plan, &mut put, output);
-    let out_norm = put(&mut plan, OUTPUT_NORM.into(), "norms", gains(OUTPUT_NORM)?);
-    let embed_f16_addr = put(&mut plan, "embed_f16".into(), "weights", embed_f16);
+    let output_addr = image.put_matrix(output);
+    let out_norm = image.put(OUTPUT_NORM, "norms", gains(OUTPUT_NORM)?);
+    let embed_f16_addr = image.put("embed_f16", "weights", embed_f16);
     let mut rope = Vec::with_capacity(max_context * hd * 4);
     for p in 0..max_context {
         for (c, s) in rope_table_row(p as u32, hd as u32, f64::from(cfg.rope_theta)) {
@@ -247,7 +238,8 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             rope.extend_from_slice(&s.to_le_bytes());
         }
     }
-    let rope_addr = put(&mut plan, "rope".into(), "table", rope);
+    let rope_addr = image.put("rope", "table", rope);
+    let Image { mut plan, data } = image;
     let weight_bytes: u64 = data.iter().filter(|(n, _, _)| n.ends_with(".weight") && !n.contains("norm")).map(|(_, _, d)| d.len() as u64).sum();
     let mut bss = Vec::new();
     for (l, la) in layers.iter_mut().enumerate() {
@@ -332,6 +324,23 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     c.set_meta(&serde_json::to_value(&meta).expect("meta serializes"))?;
     c.check_config(config)?;
     Ok(Compiled { container: c, meta })
+}
+
+/// The initialized part of device memory: regions placed by the plan, with their bytes.
+struct Image {
+    plan: DevicePlan,
+    data: Vec<(String, u64, Vec<u8>)>,
+}
+
+impl Image {
+    fn put(&mut self, name: &str, kind: &str, bytes: Vec<u8>) -> u64 {
+        let addr = self.plan.place(name, kind, bytes.len() as u64);
+        self.data.push((name.to_string(), addr, bytes));
+        addr
+    }
+    fn put_matrix(&mut self, m: QuantMatrix) -> (u64, WeightFormat) {
+        (self.put(&m.name, "weights", m.bytes), m.format)
+    }
 }
 
 fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize) -> Option<SpmBufs> {

@@ -17,6 +17,10 @@ pub trait Backend {
     /// Runs `tokens` at the next positions and returns the logits of every one of them (`all_logits`) or
     /// of the last only.
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>>;
+    /// Device counters since the last reset (instructions, MACs, bytes moved), for backends that have them.
+    fn stats(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Backend names `open` accepts.
@@ -36,7 +40,12 @@ pub fn open(name: &str, g: &Gguf) -> Result<(Box<dyn Backend>, Option<String>)> 
             let why = format!("auto: no OPU card found; using the reference path on the {dev_name}");
             Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), Some(why)))
         }
-        "sim" | "rtl" | "pcie" => bail!("backend `{name}` is not available in this build yet (available: reference, auto)"),
+        "sim" => {
+            let config = opu_hw::OverlayConfig::sim();
+            let threads = crate::runtime::compute_threads();
+            Ok((Box::new(crate::sim_backend::SimBackend::open(g, &config, &opu_compiler::CompileOptions::default(), threads)?), None))
+        }
+        "rtl" | "pcie" => bail!("backend `{name}` is not available in this build yet (available: sim, reference, auto)"),
         other => bail!("unknown backend `{other}` (expected one of: {})", BACKENDS.join(", ")),
     }
 }

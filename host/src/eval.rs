@@ -172,3 +172,43 @@ mod tests {
         assert!(read_prompts(&list).unwrap_err().to_string().contains("not JSON"));
     }
 }
+
+/// Relative L2 error of the residual stream after one layer, over every position of every prompt.
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerError {
+    pub layer: usize,
+    pub relative_l2: f64,
+}
+
+/// Layer-by-layer comparison: the sim backend (compiled with the layer trace, one token per pass) against
+/// the compiler's f32 interpreter of the graph IR, on the prompts' tokens.
+pub fn per_layer(
+    g: &opu_compiler::gguf::Gguf,
+    config: &opu_hw::OverlayConfig,
+    tokenizer: &crate::tokenizer::Tokenizer,
+    prompts: &[Prompt],
+    threads: usize,
+) -> Result<Vec<LayerError>> {
+    use crate::backend::Backend;
+    let opts = opu_compiler::CompileOptions { trace_layers: true, ..Default::default() };
+    let mut sim = crate::sim_backend::SimBackend::open(g, config, &opts, threads)?;
+    let mut interp = opu_compiler::interp::Interpreter::new(g)?;
+    let n_layer = sim.meta().n_layer;
+    let (mut num, mut den) = (vec![0.0f64; n_layer], vec![0.0f64; n_layer]);
+    for p in prompts {
+        let ids = tokenizer.encode(&p.text)?;
+        sim.reset();
+        interp.reset();
+        let reference = interp.forward(&ids)?;
+        for (pos, &id) in ids.iter().enumerate() {
+            sim.forward_single(id)?;
+            let trace = sim.read_trace(1)?;
+            for l in 0..n_layer {
+                let (a, b) = (&trace[l][0], &reference.layer_hidden[l][pos]);
+                num[l] += a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum::<f64>();
+                den[l] += b.iter().map(|y| f64::from(*y).powi(2)).sum::<f64>();
+            }
+        }
+    }
+    Ok((0..n_layer).map(|l| LayerError { layer: l, relative_l2: (num[l] / den[l].max(f64::MIN_POSITIVE)).sqrt() }).collect())
+}

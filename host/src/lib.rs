@@ -3,6 +3,8 @@
 //! - [`cache`]: the model cache (`opu fetch`), models fetched from their registry and checked by SHA-256.
 //! - [`tokenizer`]: the tokenizer and chat template, built from the GGUF's metadata.
 //! - [`backend`]: the `Backend` trait and opening a backend by name (`reference`, `auto`, ...).
+//! - [`loader`]: a program container onto any `Device`, and running an entry point.
+//! - [`sim_backend`]: the `sim` backend: the model compiled and run on the functional simulator.
 //! - [`reference`]: the reference path: the model in f32 over candle tensors (CPU, or CUDA with `cuda`).
 //! - [`sampling`]: greedy and temperature / top-k / top-p sampling with a portable seeded generator.
 //! - [`runtime`]: `Session`: generate (streaming) and teacher forcing, the same for every backend.
@@ -11,9 +13,11 @@
 pub mod backend;
 pub mod cache;
 pub mod eval;
+pub mod loader;
 pub mod reference;
 pub mod runtime;
 pub mod sampling;
+pub mod sim_backend;
 pub mod tokenizer;
 
 pub use runtime::{GenerateParams, Generation, Session};

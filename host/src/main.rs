@@ -100,10 +100,13 @@ enum Command {
         /// Greedy tokens generated per prompt.
         #[arg(long, default_value_t = 32)]
         tokens: usize,
+        /// Also compare the sim backend layer by layer with the f32 interpreter (relative L2 of the hidden state).
+        #[arg(long)]
+        per_layer: bool,
         #[arg(long)]
         json: bool,
     },
-    /// Prefill and decode speed of a backend.
+    /// Prefill and decode speed of one or more backends, side by side (`--backend sim,reference`).
     Bench {
         #[command(flatten)]
         model: ModelArgs,
@@ -113,6 +116,28 @@ enum Command {
         /// One-token decode steps after it.
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compile a GGUF model into a program container for an overlay.
+    Compile {
+        /// A GGUF file, or the name of a known model.
+        model: String,
+        /// Overlay: a preset (sim, u280) or a TOML file.
+        #[arg(long, default_value = "sim")]
+        config: String,
+        /// KV cache size in positions (default: the model's context length).
+        #[arg(long)]
+        max_context: Option<usize>,
+        /// Store the residual stream after every layer (for layer-by-layer comparison).
+        #[arg(long)]
+        trace_layers: bool,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Describe a program container: sections, instructions by class, weight bytes, bytes per decode token.
+    Inspect {
+        input: PathBuf,
         #[arg(long)]
         json: bool,
     },
@@ -227,6 +252,7 @@ fn run(cli: Cli) -> Result<()> {
                     "decode_seconds": gen.decode_seconds,
                     "prefill_tokens_per_second": gen.prefill_tokens_per_second(),
                     "tokens_per_second": gen.tokens_per_second(),
+                    "device": session.backend_stats(),
                 });
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
@@ -239,16 +265,45 @@ fn run(cli: Cli) -> Result<()> {
                     gen.tokens_per_second(),
                     session.backend_name()
                 );
+                if let Some(d) = session.backend_stats() {
+                    let pt = &d["per_token"];
+                    println!(
+                        "-- device, per token: {:.0} instructions, {:.1} M MACs, {:.1} MB moved; {} passes; compiled in {:.2} s",
+                        pt["instructions"].as_f64().unwrap_or(0.0),
+                        pt["macs"].as_f64().unwrap_or(0.0) / 1e6,
+                        pt["bytes_moved"].as_f64().unwrap_or(0.0) / 1e6,
+                        d["passes"],
+                        d["compile_seconds"].as_f64().unwrap_or(0.0)
+                    );
+                }
             }
         }
-        Command::Eval { model, against, prompts, tokens, json } => {
+        Command::Eval { model, against, prompts, tokens, per_layer, json } => {
             let prompts = eval::read_prompts(&prompts)?;
+            anyhow::ensure!(!per_layer || model.backend == "sim", "--per-layer compares the sim backend: use --backend sim");
             let mut backend = model.open(json, None)?;
+            let layers = if per_layer {
+                let path = cache::resolve_model(model.model.as_deref(), true)?;
+                let g = opu_compiler::gguf::Gguf::open(&path)?;
+                Some(eval::per_layer(&g, &OverlayConfig::sim(), &backend.tokenizer, &prompts, opu_host::runtime::compute_threads())?)
+            } else {
+                None
+            };
             let mut reference = ModelArgs { backend: against, ..model }.open(true, None)?;
             let report = eval::evaluate(&mut backend, &mut reference, &prompts, tokens)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                let mut v = serde_json::to_value(&report)?;
+                if let Some(l) = &layers {
+                    v["per_layer"] = serde_json::to_value(l)?;
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
+                if let Some(l) = &layers {
+                    println!("layer-by-layer, sim against the f32 interpreter (relative L2 of the hidden state, prompt tokens):");
+                    for e in l {
+                        println!("  layer {:>3}  {:.3e}", e.layer, e.relative_l2);
+                    }
+                }
                 println!("{} against {}, {} greedy tokens per prompt, teacher-forced:", report.backend, report.against, tokens);
                 println!("  {:<20} {:>9} {:>14} {:>12} {:>14}", "prompt", "positions", "top-1 agree", "mean cosine", "max |dlogit|");
                 let row = |name: &str, a: &eval::Agreement| {
@@ -262,35 +317,70 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { model, prompt_tokens, decode_tokens, json } => {
             anyhow::ensure!(prompt_tokens > 0, "--prompt-tokens must be at least 1");
-            let mut session = model.open(json, Some(1))?;
-            // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
-            let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
-            let prompt_ids: Vec<u32> = seed_ids.iter().cycle().take(prompt_tokens).copied().collect();
-            let params = GenerateParams { max_tokens: decode_tokens + 1, stop: vec![u32::MAX], ..GenerateParams::default() };
-            session.generate(&prompt_ids[..prompt_tokens.min(8)], &GenerateParams { max_tokens: 2, ..params.clone() }, |_| {})?; // warm-up
-            let gen = session.generate(&prompt_ids, &params, |_| {})?;
-            let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_default();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({
+            // Several backends, side by side in one run (e.g. `--backend sim,reference`).
+            let mut rows = Vec::new();
+            for backend in model.backend.split(',') {
+                let mut session = ModelArgs { backend: backend.to_string(), model: model.model.clone(), threads: model.threads }.open(json, Some(1))?;
+                // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
+                let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
+                let prompt_ids: Vec<u32> = seed_ids.iter().cycle().take(prompt_tokens).copied().collect();
+                let params = GenerateParams { max_tokens: decode_tokens + 1, stop: vec![u32::MAX], ..GenerateParams::default() };
+                session.generate(&prompt_ids[..prompt_tokens.min(8)], &GenerateParams { max_tokens: 2, ..params.clone() }, |_| {})?; // warm-up
+                let gen = session.generate(&prompt_ids, &params, |_| {})?;
+                let compile = session.backend_stats().and_then(|s| s["compile_seconds"].as_f64());
+                rows.push(serde_json::json!({
                     "backend": session.backend_name(),
-                    "threads": threads,
+                    "threads": std::env::var("RAYON_NUM_THREADS").unwrap_or_default(),
                     "prompt_tokens": prompt_tokens,
                     "decode_tokens": gen.decode_steps,
                     "prefill_tokens_per_second": gen.prefill_tokens_per_second(),
                     "decode_tokens_per_second": gen.tokens_per_second(),
-                }))?);
+                    "compile_seconds": compile,
+                }));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<40} {:>8} {:>14} {:>14}", "backend", "threads", "prefill tok/s", "decode tok/s");
-                println!(
-                    "{:<40} {:>8} {:>14.1} {:>14.1}",
-                    session.backend_name(),
-                    threads,
-                    gen.prefill_tokens_per_second(),
-                    gen.tokens_per_second()
-                );
-                println!("({prompt_tokens} prompt tokens in one pass, then {} one-token steps)", gen.decode_steps);
+                println!("{:<46} {:>8} {:>14} {:>14} {:>12}", "backend", "threads", "prefill tok/s", "decode tok/s", "compile s");
+                for r in &rows {
+                    println!(
+                        "{:<46} {:>8} {:>14.1} {:>14.1} {:>12}",
+                        r["backend"].as_str().unwrap_or(""),
+                        r["threads"].as_str().unwrap_or(""),
+                        r["prefill_tokens_per_second"].as_f64().unwrap_or(0.0),
+                        r["decode_tokens_per_second"].as_f64().unwrap_or(0.0),
+                        r["compile_seconds"].as_f64().map_or("-".to_string(), |c| format!("{c:.2}")),
+                    );
+                }
+                println!("({prompt_tokens} prompt tokens, then {decode_tokens} one-token steps, one run)");
             }
         }
+        Command::Compile { model, config, max_context, trace_layers, output } => {
+            let config = OverlayConfig::from_name_or_path(&config)?;
+            let path = cache::resolve_model(Some(&model), false)?;
+            let t = std::time::Instant::now();
+            let g = opu_compiler::gguf::Gguf::open(&path)?;
+            let compiled = opu_compiler::compile(&g, &config, &opu_compiler::CompileOptions { max_context, trace_layers })?;
+            compiled.container.write(&output)?;
+            let m = &compiled.meta;
+            eprintln!(
+                "{} -> {} for overlay `{}` in {:.2} s: {} weight MiB, {} entries ({}), {} MiB file",
+                path.display(),
+                output.display(),
+                config.name,
+                t.elapsed().as_secs_f64(),
+                m.weight_bytes >> 20,
+                m.entries.len(),
+                m.entries.iter().map(|e| format!("{}: {} instructions, {} tokens/pass", e.name, e.instructions, e.ntok)).collect::<Vec<_>>().join("; "),
+                std::fs::metadata(&output)?.len() >> 20
+            );
+            let inexact: Vec<_> = m.tensors.iter().filter(|t| !t.exact).collect();
+            for t in &inexact {
+                eprintln!("  requantized {} ({} -> {}): max |error| {:.3e}, relative L2 {:.3e}", t.name, t.gguf_type, t.overlay, t.max_abs_error, t.relative_l2_error);
+            }
+            eprintln!("  {} tensors mapped exactly; FP16 embedding table max relative rounding {:.2e}", m.tensors.len() - inexact.len(), m.embedding_f16_max_rel_error);
+        }
+        Command::Inspect { input, json } => inspect(&input, json)?,
         Command::Disasm { input, output, listing } => {
             let text = disasm(&input, listing)?;
             match output {
@@ -318,6 +408,70 @@ fn disasm(input: &Path, listing: bool) -> Result<String> {
         let p = isa::decode_program(&bytes).with_context(|| format!("{}", input.display()))?;
         Ok(render(&p))
     }
+}
+
+fn inspect(input: &Path, json: bool) -> Result<()> {
+    let c = Container::read(input)?;
+    let meta: Option<opu_compiler::ProgramMeta> = c.meta()?.and_then(|m| serde_json::from_value(m).ok());
+    let mut entries = Vec::new();
+    for s in c.sections.iter().filter(|s| s.kind == SectionKind::Code) {
+        let p = isa::decode_program(&s.data).with_context(|| format!("{}: code section `{}`", input.display(), s.name))?;
+        entries.push(serde_json::json!({
+            "name": s.name,
+            "device_addr": s.device_addr,
+            "instructions": p.len(),
+            "by_class": opu_compiler::lower::count_by_class(&p),
+            "static_bytes_moved": opu_compiler::lower::static_bytes(&p),
+        }));
+    }
+    let sections: Vec<serde_json::Value> = c
+        .sections
+        .iter()
+        .map(|s| serde_json::json!({"kind": format!("{:?}", s.kind), "name": s.name, "device_addr": s.device_addr, "bytes": s.device_bytes().max(s.data.len() as u64)}))
+        .collect();
+    let per_token = meta.as_ref().map(|m| {
+        serde_json::json!({
+            "weight_bytes": m.weight_bytes,
+            "bytes_moved_per_decode_token_static": m.decode_bytes_static,
+            "kv_bytes_per_cached_position": m.kv_bytes_per_position,
+        })
+    });
+    let out = serde_json::json!({
+        "file": input.display().to_string(),
+        "config_hash": format!("{:#018x}", c.config_hash),
+        "model": meta.as_ref().map(|m| m.model.clone()),
+        "entries": entries,
+        "decode": per_token,
+        "sections": sections,
+        "layout": c.layout()?,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("{}: OPU program for overlay config {:#018x}", input.display(), c.config_hash);
+    if let Some(m) = &meta {
+        println!("  model {}: {} layers, n_embd {}, {} heads / {} KV heads, vocab {}, context {}", m.model, m.n_layer, m.n_embd, m.n_head, m.n_head_kv, m.vocab, m.max_context);
+        println!(
+            "  weights {:.1} MiB; a decode step moves {:.1} MiB plus {} bytes per cached position (K/V)",
+            m.weight_bytes as f64 / 1048576.0,
+            m.decode_bytes_static as f64 / 1048576.0,
+            m.kv_bytes_per_position
+        );
+    }
+    for e in &entries {
+        println!("  entry `{}`: {} instructions {}", e["name"].as_str().unwrap_or(""), e["instructions"], e["by_class"]);
+    }
+    let (mut data, mut bss) = (0u64, 0u64);
+    for s in &c.sections {
+        match s.kind {
+            SectionKind::Data => data += s.data.len() as u64,
+            SectionKind::Bss => bss += s.bss_bytes,
+            _ => {}
+        }
+    }
+    println!("  {} sections: {:.1} MiB of data, {:.1} MiB zeroed at load (KV cache)", c.sections.len(), data as f64 / 1048576.0, bss as f64 / 1048576.0);
+    Ok(())
 }
 
 fn config_json(c: &OverlayConfig) -> serde_json::Value {

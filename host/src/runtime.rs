@@ -9,6 +9,15 @@ use opu_compiler::gguf::Gguf;
 use std::path::Path;
 use std::time::Instant;
 
+/// Compute threads for backends that split work (`RAYON_NUM_THREADS`, else all cores).
+pub fn compute_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Generation settings.
 #[derive(Clone, Debug)]
 pub struct GenerateParams {
@@ -96,6 +105,11 @@ impl Session {
 
     pub fn backend_name(&self) -> &str {
         self.backend.name()
+    }
+
+    /// The backend's device counters since the last generation or teacher-forcing call, if it has any.
+    pub fn backend_stats(&self) -> Option<serde_json::Value> {
+        self.backend.stats()
     }
 
     /// Token ids that end generation when `GenerateParams::stop` is empty.

@@ -42,6 +42,21 @@ impl WideAcc {
         }
     }
 
+    /// Adds a datapath term `floor(int * 2^(exp + 32))` that is below the term limit by construction: the
+    /// hybrid block terms (at most 76 bits on the accumulator grid) and the FP16 x FP16 products (at most
+    /// 64; docs/numerics.md, "Accumulator"). The same result as [`add_scaled`](Self::add_scaled), computed
+    /// without branches on the data (the simulator's hot path).
+    #[inline(always)]
+    pub fn add_term(&mut self, int: i64, exp: i32) {
+        let sh = exp + FRAC_BITS;
+        debug_assert!(64 - int.unsigned_abs().leading_zeros() as i32 + sh <= MAX_TERM_BITS, "datapath term too large");
+        // Both shifts, then a select: the one not selected may wrap. A right shift by 63 or more leaves 0 or
+        // -1: the floor of anything smaller than one unit.
+        let left = i128::from(int).wrapping_shl(sh as u32);
+        let right = i128::from(int.wrapping_shr((-sh).min(63) as u32));
+        self.fixed += if sh >= 0 { left } else { right };
+    }
+
     /// Adds an FP16 value exactly (every FP16 value is a multiple of 2^-24).
     pub fn add_f16(&mut self, bits: u16) {
         match super::fp16::parts(bits) {
@@ -197,6 +212,27 @@ mod tests {
             let acc = WideAcc { fixed: v, nonfinite: false };
             assert_eq!(acc.to_f16(), nearest_f16(exact), "v={v}");
             assert_eq!(acc.to_f32().to_bits(), (exact as f32).to_bits(), "v={v}");
+        }
+    }
+
+    #[test]
+    fn add_term_equals_add_scaled_below_the_term_limit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xACC);
+        for i in 0..2_000_000u32 {
+            // Every size of term, both signs and the extremes, every shift from far below the grid up to
+            // the limit.
+            let bits = rng.gen_range(0..=63u32);
+            let mut int = if bits == 0 { 0 } else { rng.gen::<i64>() >> (64 - bits) };
+            if i % 1000 == 0 {
+                int = [i64::MIN + 1, i64::MAX, -1, 1, 0][(i / 1000 % 5) as usize];
+            }
+            let used = 64 - int.unsigned_abs().leading_zeros() as i32;
+            let exp = rng.gen_range(-200..=MAX_TERM_BITS - FRAC_BITS - used);
+            let start = WideAcc { fixed: rng.gen::<i128>() >> rng.gen_range(30..100), nonfinite: false };
+            let (mut want, mut got) = (start, start);
+            want.add_scaled(i128::from(int), exp);
+            got.add_term(int, exp);
+            assert_eq!(got, want, "int {int} exp {exp}");
         }
     }
 

@@ -31,15 +31,24 @@ pub fn block_sums(x: &AlignedBlock, w: &WeightBlock) -> (i64, i64) {
 /// Adds one hybrid block product to `acc`.
 #[inline]
 pub fn accumulate_block(acc: &mut WideAcc, x: &AlignedBlock, w: &WeightBlock) {
-    acc.nonfinite |= x.nonfinite;
     let (sq, sa) = block_sums(x, w);
-    match parts(w.d) {
-        Some(d) => acc.add_scaled(i128::from(d.signed()) * i128::from(sq), d.exponent - 25 + x.scale_exp),
+    accumulate_block_sums(acc, x.scale_exp, x.nonfinite, sq, sa, w.d, w.m);
+}
+
+/// The accumulator half of [`accumulate_block`], given the block's integer sums `S_q`, `S_a` (from the
+/// multipliers and adder tree, or a simulator's SIMD kernel), the activation block's exponent `X` and
+/// non-finite flag, and the weight block's `d` and `m`.
+#[inline(always)]
+pub fn accumulate_block_sums(acc: &mut WideAcc, x_scale_exp: i32, x_nonfinite: bool, sq: i64, sa: i64, d: u16, m: Option<u16>) {
+    acc.nonfinite |= x_nonfinite;
+    // |significand| < 2^11, |S_q| < 2^28, |S_a| < 2^21: the products fit i64 and are datapath terms.
+    match parts(d) {
+        Some(d) => acc.add_term(d.signed() * sq, d.exponent - 25 + x_scale_exp),
         None => acc.nonfinite = true,
     }
-    if let Some(m) = w.m {
+    if let Some(m) = m {
         match parts(m) {
-            Some(m) => acc.add_scaled(i128::from(m.signed()) * i128::from(sa), m.exponent - 25 + x.scale_exp),
+            Some(m) => acc.add_term(m.signed() * sa, m.exponent - 25 + x_scale_exp),
             None => acc.nonfinite = true,
         }
     }
@@ -49,19 +58,54 @@ pub fn accumulate_block(acc: &mut WideAcc, x: &AlignedBlock, w: &WeightBlock) {
 #[inline]
 pub fn accumulate_f16_product(acc: &mut WideAcc, x: u16, w: u16) {
     match (parts(x), parts(w)) {
-        (Some(a), Some(b)) => acc.add_scaled(i128::from(a.signed() * b.signed()), a.exponent + b.exponent - 50),
+        (Some(a), Some(b)) => acc.add_term(a.signed() * b.signed(), a.exponent + b.exponent - 50),
         _ => acc.nonfinite = true,
     }
 }
 
-/// FP16 x FP16 dot product of two equal-length vectors (given as FP16 bits).
-pub fn dot_f16(x: &[u16], w: &[u16]) -> WideAcc {
+/// FP16 values split once into signed significands and exponents (`fp16::parts`), for vectors that take
+/// part in many dot products (a query against every K row, a K row against every query head of its group).
+#[derive(Clone, Debug)]
+pub struct F16Split {
+    sig: Vec<i64>,
+    exp: Vec<i32>,
+    nonfinite: bool,
+}
+
+impl F16Split {
+    pub fn new(x: &[u16]) -> Self {
+        let mut s = F16Split { sig: Vec::with_capacity(x.len()), exp: Vec::with_capacity(x.len()), nonfinite: false };
+        for &b in x {
+            // A non-finite element flags every dot product it enters and adds no term.
+            let p = parts(b);
+            s.nonfinite |= p.is_none();
+            let (sig, exp) = p.map_or((0, 0), |p| (p.signed(), p.exponent));
+            s.sig.push(sig);
+            s.exp.push(exp);
+        }
+        s
+    }
+    pub fn len(&self) -> usize {
+        self.sig.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.sig.is_empty()
+    }
+}
+
+/// FP16 x FP16 dot product of two split vectors: each product `accumulate_f16_product` would add.
+pub fn dot_f16_split(x: &F16Split, w: &F16Split) -> WideAcc {
     assert_eq!(x.len(), w.len());
-    let mut acc = WideAcc::ZERO;
-    for (&a, &b) in x.iter().zip(w) {
-        accumulate_f16_product(&mut acc, a, b);
+    let mut acc = WideAcc { fixed: 0, nonfinite: x.nonfinite || w.nonfinite };
+    for ((&xs, &xe), (&ws, &we)) in x.sig.iter().zip(&x.exp).zip(w.sig.iter().zip(&w.exp)) {
+        acc.add_term(xs * ws, xe + we - 50);
     }
     acc
+}
+
+/// FP16 x FP16 dot product of two equal-length vectors (given as FP16 bits).
+pub fn dot_f16(x: &[u16], w: &[u16]) -> WideAcc {
+    dot_f16_split(&F16Split::new(x), &F16Split::new(w))
 }
 
 /// One matrix row against pre-aligned activations (block formats), or against the raw FP16 activations
@@ -234,6 +278,23 @@ mod tests {
         dequantize_row_exact(WeightFormat::W4Min, &m, &mut f64s);
         for (a, b) in f32s.iter().zip(&f64s) {
             assert!((f64::from(*a) - b).abs() <= b.abs() * 2f64.powi(-24) + 1e-12);
+        }
+    }
+
+    #[test]
+    fn split_dot_equals_product_by_product() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        for i in 0..20_000 {
+            let len = [1, 16, 64, 128][i % 4];
+            // Mostly attention-like values, sometimes any bits at all (NaN, infinities, subnormals).
+            let v = |rng: &mut rand::rngs::StdRng| if i % 5 == 0 { rng.gen::<u16>() } else { f32_to_f16(rng.gen_range(-8.0..8.0f32)) };
+            let x: Vec<u16> = (0..len).map(|_| v(&mut rng)).collect();
+            let w: Vec<u16> = (0..len).map(|_| v(&mut rng)).collect();
+            let mut want = WideAcc::ZERO;
+            for (&a, &b) in x.iter().zip(&w) {
+                accumulate_f16_product(&mut want, a, b);
+            }
+            assert_eq!(dot_f16(&x, &w), want);
         }
     }
 

@@ -6,6 +6,7 @@
 //! [`approx`](super::approx). NaN results are the canonical NaN.
 
 use super::acc::WideAcc;
+use super::dot::F16Split;
 use super::approx::{exp, recip, rsqrt, silu};
 use super::fp16::{canon_f32, f16_to_f32, f32_to_f16};
 use serde::{Deserialize, Serialize};
@@ -206,7 +207,13 @@ impl OnlineSoftmax {
 
 /// The attention score of one position: `dot(q, k)` rounded to FP32, times `scale`.
 pub fn attention_score(q: &[u16], k: &[u16], scale: f32) -> f32 {
-    canon_f32(super::dot::dot_f16(q, k).to_f32() * scale)
+    attention_score_split(&F16Split::new(q), &F16Split::new(k), scale)
+}
+
+/// [`attention_score`] of vectors split once (a K row scored against every query head of its group).
+#[inline]
+pub fn attention_score_split(q: &F16Split, k: &F16Split, scale: f32) -> f32 {
+    canon_f32(super::dot::dot_f16_split(q, k).to_f32() * scale)
 }
 
 /// Index of the largest value; ties go to the lowest index; NaN is never chosen (all-NaN gives 0).

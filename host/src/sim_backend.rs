@@ -1,0 +1,166 @@
+//! The `sim` backend: the model compiled for an overlay and run on the functional simulator (the golden
+//! model), through the `Device` trait like any card.
+
+use crate::backend::Backend;
+use crate::loader::{self, Counters};
+use anyhow::{bail, Context, Result};
+use opu_compiler::gguf::Gguf;
+use opu_compiler::{compile, CompileOptions, ProgramMeta};
+use opu_hw::device::Device;
+use opu_hw::OverlayConfig;
+use opu_sim::func::FuncSim;
+use std::time::Duration;
+
+/// A device that never answers in this long has hung.
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub struct SimBackend {
+    dev: FuncSim,
+    meta: ProgramMeta,
+    pos: usize,
+    label: String,
+    /// Counters since the last reset, and the tokens they cover.
+    pub counters: Counters,
+    pub passes: usize,
+    /// Seconds the compiler took to build the program.
+    pub compile_seconds: f64,
+}
+
+impl SimBackend {
+    /// Compiles the model in `g` for `config` and loads it on a new functional simulator.
+    pub fn open(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions, threads: usize) -> Result<Self> {
+        let t = std::time::Instant::now();
+        let compiled = compile(g, config, opts).with_context(|| format!("compiling {}", g.path.display()))?;
+        let compile_seconds = t.elapsed().as_secs_f64();
+        let mut dev = FuncSim::new(config);
+        dev.set_threads(threads);
+        if let Some(layout) = compiled.container.layout()? {
+            dev.set_regions(layout.regions);
+        }
+        loader::load(&mut dev, &compiled.container)?;
+        let label = format!("sim (functional, overlay `{}`, {threads} thread{})", config.name, if threads == 1 { "" } else { "s" });
+        Ok(SimBackend { dev, meta: compiled.meta, pos: 0, label, counters: Counters::default(), passes: 0, compile_seconds })
+    }
+
+    pub fn meta(&self) -> &ProgramMeta {
+        &self.meta
+    }
+
+    pub fn device(&mut self) -> &mut FuncSim {
+        &mut self.dev
+    }
+
+    /// Runs one pass of `tokens` (at most the entry's ntok) with entry `entry`.
+    fn pass(&mut self, entry: usize, tokens: &[u32]) -> Result<()> {
+        let e = self.meta.entries[entry].clone();
+        let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        self.dev.mem_write(self.meta.ids_addr, &ids)?;
+        loader::run(&mut self.dev, e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT)
+            .with_context(|| format!("running `{}` at position {}", e.name, self.pos))?;
+        self.counters.add(&Counters::read(&mut self.dev)?);
+        self.passes += 1;
+        self.pos += tokens.len();
+        Ok(())
+    }
+
+    /// Runs one token through the `decode` entry (whatever the batch size) and returns its logits.
+    pub fn forward_single(&mut self, token: u32) -> Result<Vec<f32>> {
+        anyhow::ensure!((token as usize) < self.meta.vocab, "token id {token} is outside the vocabulary of {}", self.meta.vocab);
+        anyhow::ensure!(self.pos < self.meta.max_context, "position {} is past the compiled context {}", self.pos, self.meta.max_context);
+        self.pass(0, &[token])?;
+        self.read_logits(0)
+    }
+
+    fn read_logits(&mut self, row: usize) -> Result<Vec<f32>> {
+        let mut buf = vec![0u8; self.meta.vocab * 4];
+        self.dev.mem_read(self.meta.logits_addr + row as u64 * self.meta.logits_row_bytes, &mut buf)?;
+        Ok(buf.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
+    }
+
+    /// The residual stream after each layer for the tokens of the last pass (needs `trace_layers`):
+    /// `[layer][token][n_embd]` as f32.
+    pub fn read_trace(&mut self, tokens: usize) -> Result<Vec<Vec<Vec<f32>>>> {
+        let Some(base) = self.meta.trace_addr else { bail!("the program was compiled without --trace-layers") };
+        let mut out = Vec::with_capacity(self.meta.n_layer);
+        for l in 0..self.meta.n_layer {
+            let mut rows = Vec::with_capacity(tokens);
+            for t in 0..tokens {
+                let mut buf = vec![0u8; self.meta.trace_row_bytes as usize];
+                self.dev.mem_read(base + l as u64 * self.meta.trace_layer_bytes + t as u64 * self.meta.trace_row_bytes, &mut buf)?;
+                rows.push(buf.chunks_exact(2).map(|c| opu_hw::numerics::fp16::f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect());
+            }
+            out.push(rows);
+        }
+        Ok(out)
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &str {
+        &self.label
+    }
+    fn vocab_size(&self) -> usize {
+        self.meta.vocab
+    }
+    fn context_length(&self) -> usize {
+        self.meta.max_context
+    }
+    fn position(&self) -> usize {
+        self.pos
+    }
+    fn reset(&mut self) {
+        // The KV cache needs no clearing: every position is written before attention reads it.
+        self.pos = 0;
+        self.counters = Counters::default();
+        self.passes = 0;
+    }
+
+    fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        anyhow::ensure!(!tokens.is_empty(), "forward needs at least one token");
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= self.meta.vocab) {
+            bail!("token id {bad} is outside the vocabulary of {}", self.meta.vocab);
+        }
+        anyhow::ensure!(
+            self.pos + tokens.len() <= self.meta.max_context,
+            "{} tokens at position {} exceed the compiled context of {} (compile with a larger --max-context)",
+            tokens.len(),
+            self.pos,
+            self.meta.max_context
+        );
+        let batch = self.meta.entries[1].ntok;
+        let mut out = Vec::new();
+        let mut rest = tokens;
+        while !rest.is_empty() {
+            // Full batches through `prefill`, the remainder one token at a time through `decode`.
+            let (entry, n) = if rest.len() >= batch && batch > 1 { (1, batch) } else { (0, 1) };
+            let (now, later) = rest.split_at(n);
+            self.pass(entry, now)?;
+            for t in 0..n {
+                if all_logits || (later.is_empty() && t == n - 1) {
+                    out.push(self.read_logits(t)?);
+                }
+            }
+            rest = later;
+        }
+        Ok(out)
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        let tokens = self.pos.max(1) as f64;
+        let c = &self.counters;
+        Some(serde_json::json!({
+            "compile_seconds": self.compile_seconds,
+            "passes": self.passes,
+            "instructions": c.instructions,
+            "macs": c.macs,
+            "bytes_read": c.bytes_read,
+            "bytes_written": c.bytes_written,
+            "cycles_estimate": c.cycles,
+            "per_token": {
+                "instructions": c.instructions as f64 / tokens,
+                "macs": c.macs as f64 / tokens,
+                "bytes_moved": (c.bytes_read + c.bytes_written) as f64 / tokens,
+            },
+        }))
+    }
+}

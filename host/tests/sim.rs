@@ -1,0 +1,112 @@
+//! The `sim` backend: compiler + functional simulator, against the reference path.
+
+use opu_compiler::gguf::{parse_bytes, Gguf};
+use opu_compiler::testing::TinyLlama;
+use opu_compiler::CompileOptions;
+use opu_host::backend::Backend;
+use opu_host::reference::ReferenceModel;
+use opu_host::sim_backend::SimBackend;
+use opu_host::{cache, GenerateParams, Session};
+use opu_hw::OverlayConfig;
+use serde_json::Value;
+
+fn single_thread() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::env::set_var("RAYON_NUM_THREADS", "1"));
+}
+
+fn model_path() -> std::path::PathBuf {
+    single_thread();
+    cache::fetch(cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache")
+}
+
+fn tiny() -> Gguf {
+    parse_bytes(&TinyLlama::default().gguf(), "tiny.gguf").unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn tiny_model_on_the_sim_tracks_the_reference() {
+    single_thread();
+    let g = tiny();
+    let mut sim = SimBackend::open(&g, &OverlayConfig::sim(), &CompileOptions::default(), 1).unwrap();
+    let mut reference = ReferenceModel::load(&g, candle_core::Device::Cpu, "cpu").unwrap();
+    // 21 tokens: one prefill batch of 16, then 5 single-token passes; then 3 more decode steps.
+    let tokens: Vec<u32> = (0..21).map(|i| (i * 37 + 5) % 96).collect();
+    let a = sim.forward(&tokens, true).unwrap();
+    let b = reference.forward(&tokens, true).unwrap();
+    assert_eq!(a.len(), 21);
+    for (t, (x, y)) in a.iter().zip(&b).enumerate() {
+        let scale = y.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(max_abs_diff(x, y) <= 0.02 * scale.max(1.0), "position {t}: max |d| {} (logit scale {scale})", max_abs_diff(x, y));
+    }
+    for &t in &[3u32, 50, 7] {
+        let (x, y) = (sim.forward(&[t], false).unwrap(), reference.forward(&[t], false).unwrap());
+        assert!(max_abs_diff(&x[0], &y[0]) <= 0.05);
+    }
+    assert_eq!(sim.position(), 24);
+    let stats = sim.stats().unwrap();
+    assert_eq!(stats["passes"], 1 + 5 + 3);
+}
+
+#[test]
+fn sim_logits_are_bit_identical_across_runs_and_thread_counts() {
+    let g = tiny();
+    let tokens: Vec<u32> = (0..19).map(|i| (i * 11 + 2) % 96).collect();
+    let run = |threads| {
+        let mut sim = SimBackend::open(&g, &OverlayConfig::sim(), &CompileOptions::default(), threads).unwrap();
+        sim.forward(&tokens, true).unwrap()
+    };
+    let one = run(1);
+    let bits = |v: &Vec<Vec<f32>>| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&one), bits(&run(1)), "two runs differ");
+    assert_eq!(bits(&one), bits(&run(2)), "1 and 2 threads differ");
+}
+
+#[test]
+fn a_program_for_another_overlay_is_refused_by_the_device() {
+    let g = tiny();
+    let compiled = opu_compiler::compile(&g, &OverlayConfig::u280(), &CompileOptions::default()).unwrap();
+    let mut dev = opu_sim::func::FuncSim::new(&OverlayConfig::sim());
+    let e = opu_host::loader::load(&mut dev, &compiled.container).unwrap_err().to_string();
+    assert!(e.contains("config hash") && e.contains(&format!("{:#018x}", OverlayConfig::u280().hash())), "{e}");
+}
+
+#[test]
+fn greedy_chat_capital_on_the_sim_gives_the_reference_tokens() {
+    let r: Value = serde_json::from_str(include_str!("../../tests/data/smollm2_reference.json")).unwrap();
+    let prompt = ids(&r["tokenization"][0]["prompt_ids"]);
+    let want = ids(&r["greedy"][0]["generated_ids"]);
+    let mut s = Session::open(&model_path(), "sim").unwrap();
+    let gen = s.generate(&prompt, &GenerateParams { max_tokens: 32, ..Default::default() }, |_| {}).unwrap();
+    assert_eq!(gen.generated_ids, want, "text: {:?}", gen.text);
+    let stats = s.backend_stats().unwrap();
+    // Every pass (a prefill batch or a decode step) streams every weight once: 96.8 MB for SmolLM2's layers
+    // and tied output, plus K/V reads that grow with the position (23 KB per attended position).
+    let per_pass = stats["bytes_read"].as_f64().unwrap() / stats["passes"].as_f64().unwrap();
+    assert!((96.7e6..110e6).contains(&per_pass), "bytes read per pass {per_pass}");
+}
+
+#[test]
+fn sim_agrees_with_the_reference_teacher_forced() {
+    let model = model_path();
+    let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/smollm2_reference.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_opu"))
+        .args(["eval", "--backend", "sim", "--against", "reference", "--threads", "1", "--json", "--tokens", "32"])
+        .args(["--prompts", prompts, "--model", model.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let overall = &v["overall"];
+    eprintln!("sim vs reference: {overall}");
+    assert!(overall["top1_agreement"].as_f64().unwrap() >= 0.97, "{overall}");
+    assert!(overall["mean_logit_cosine"].as_f64().unwrap() >= 0.999, "{overall}");
+}

@@ -1,0 +1,174 @@
+//! Attention: `attn` (grouped-query attention with online softmax, KV presence and the KV history buffer)
+//! and `kvappend`.
+
+#![allow(clippy::too_many_arguments)]
+
+use std::ops::Range;
+
+use opu_hw::isa::{Csr, Reg};
+use opu_hw::numerics::vector::{DType, OnlineSoftmax};
+use opu_hw::regs::ErrorCode;
+
+use opu_hw::numerics::dot::F16Split;
+use opu_hw::numerics::vector::attention_score_split;
+use crate::func::machine::{f16s, line, require, word, Machine, Span, Trap, ALL_PRESENT};
+
+/// Positions whose K and V are gathered (and scored in parallel) at a time: bounds the memory of an `attn`
+/// over any number of positions.
+const POSITIONS_PER_CHUNK: u64 = 4096;
+
+impl Machine {
+    /// The `head_dim` CSR, checked (a multiple of 16, at most 1023).
+    fn head_dim(&self) -> Result<usize, Trap> {
+        let hd = self.csr(Csr::HeadDim);
+        require(hd > 0 && hd.is_multiple_of(16) && hd <= 1023)?;
+        Ok(hd as usize)
+    }
+
+    /// Whether history slot `t` exists for KV head `kvh`.
+    fn history_slot(&self, t: u64, kvh: usize, hd: usize) -> bool {
+        t < u64::from(self.hist_slots) && (kvh + 1) * hd <= self.hist_width as usize
+    }
+
+    /// The byte range of history slot `t`, KV head `kvh`, within the K (or V) buffer, in elements.
+    fn history_elems(&self, t: usize, kvh: usize, hd: usize) -> Range<usize> {
+        let at = t * self.hist_width as usize + kvh * hd;
+        at..at + hd
+    }
+
+    /// The K/V row of position `t` at line `base`: `32 (base + t kv_stride)`.
+    fn kv_row(&self, base: u32, t: u64, hd: usize) -> Span {
+        let lines = u128::from(base) + u128::from(t) * u128::from(self.csr(Csr::KvStride));
+        Span::new(line(lines), 2 * hd as u128)
+    }
+
+    pub(super) fn attn(
+        &mut self,
+        group: u32,
+        kvh: u32,
+        len: Reg,
+        dst: u32,
+        q: u32,
+        k: u32,
+        v: u32,
+    ) -> Result<(), Trap> {
+        let hd = self.head_dim()?;
+        let positions = self.reg(len);
+        require(group > 0 && positions > 0)?;
+        let heads_bytes = u128::from(group) * 2 * hd as u128;
+        let dst_r = self.spm_range(Span::new(word(dst), heads_bytes))?;
+        let q_r = self.spm_range(Span::new(word(q), heads_bytes))?;
+        let kvp = self.csr(Csr::KvPresent);
+        let presence_r = if kvp != ALL_PRESENT {
+            Some(self.mem_range(Span::new(line(u128::from(kvp)), u128::from(positions)))?)
+        } else {
+            None
+        };
+
+        // Check every position before any effect, so that a trap leaves no trace.
+        let kvh = kvh as usize;
+        let present = |m: &Machine, t: u64| presence_r.as_ref().is_none_or(|r| m.mem[r.start + t as usize] != 0);
+        for t in 0..u64::from(positions) {
+            if present(self, t) {
+                self.mem_range(self.kv_row(k, t, hd))?;
+                self.mem_range(self.kv_row(v, t, hd))?;
+            } else if !self.history_slot(t, kvh, hd) {
+                return Err(Trap { code: ErrorCode::HistoryOverflow, info: t });
+            }
+        }
+        if let Some(r) = &presence_r {
+            self.note_read(r);
+        }
+
+        let scale = f32::from_bits(self.csr(Csr::AttnScale));
+        let group = group as usize;
+        let queries: Vec<F16Split> =
+            (0..group).map(|g| F16Split::new(&self.spm_f16s(q_r.start + g * 2 * hd, hd))).collect();
+        let mut softmax: Vec<OnlineSoftmax> = (0..group).map(|_| OnlineSoftmax::new(hd)).collect();
+        let mut first = 0u64;
+        while first < u64::from(positions) {
+            let end = (first + POSITIONS_PER_CHUNK).min(u64::from(positions));
+            // K_t and V_t of the chunk's positions: present ones from memory, refreshing their history slot;
+            // skipped ones from the history (each position touches only its own slot).
+            let n = (end - first) as usize;
+            let (mut ks, mut vs) = (Vec::with_capacity(n * hd), Vec::with_capacity(n * hd));
+            for t in first..end {
+                let slot = self.history_slot(t, kvh, hd);
+                let hist = self.history_elems(t as usize, kvh, hd);
+                if present(self, t) {
+                    let kr = self.mem_range(self.kv_row(k, t, hd))?;
+                    let vr = self.mem_range(self.kv_row(v, t, hd))?;
+                    let (kt, vt) = (f16s(&self.mem[kr.clone()]), f16s(&self.mem[vr.clone()]));
+                    self.note_read(&kr);
+                    self.note_read(&vr);
+                    if slot {
+                        self.hist_k[hist.clone()].copy_from_slice(&kt);
+                        self.hist_v[hist].copy_from_slice(&vt);
+                    }
+                    ks.extend(kt);
+                    vs.extend(vt);
+                } else {
+                    self.counters.kv_history_hits += 1;
+                    ks.extend_from_slice(&self.hist_k[hist.clone()]);
+                    vs.extend_from_slice(&self.hist_v[hist]);
+                }
+            }
+            // The scores are independent of each other (computed in parallel when there are threads); the
+            // online softmax then folds them in position order. A K row is split once for all the heads.
+            let mut scores = vec![0f32; n * group];
+            let chunk = group * n.div_ceil(4 * self.kernel.threads()).max(64);
+            self.kernel.for_each_chunk(&mut scores, chunk, |at, out| {
+                for (i, st) in out.chunks_exact_mut(group).enumerate() {
+                    let t = at / group + i;
+                    let kt = F16Split::new(&ks[t * hd..(t + 1) * hd]);
+                    for (s, q) in st.iter_mut().zip(&queries) {
+                        *s = attention_score_split(q, &kt, scale);
+                    }
+                }
+            });
+            for (t, st) in scores.chunks_exact(group).enumerate() {
+                for (sm, &s) in softmax.iter_mut().zip(st) {
+                    sm.push(s, &vs[t * hd..(t + 1) * hd]);
+                }
+            }
+            first = end;
+        }
+        for (g, sm) in softmax.iter().enumerate() {
+            let out = &mut self.spm[dst_r.start + g * 2 * hd..dst_r.start + (g + 1) * 2 * hd];
+            for (i, &y) in sm.finish().iter().enumerate() {
+                DType::F16.write(out, i, y);
+            }
+        }
+        let n = positions as usize;
+        let work = 2 * (group * n * hd) as u64;
+        self.work.macs += work;
+        self.work.pe_products += work;
+        self.work.vector_elems += (group * n * hd) as u64;
+        Ok(())
+    }
+
+    pub(super) fn kvappend(&mut self, pos: Reg, ksrc: u32, vsrc: u32, k: u32, v: u32) -> Result<(), Trap> {
+        let hd = self.head_dim()?;
+        let p = u64::from(self.reg(pos));
+        let ks = self.spm_range(Span::new(word(ksrc), 2 * hd as u128))?;
+        let vs = self.spm_range(Span::new(word(vsrc), 2 * hd as u128))?;
+        let km = self.mem_range(self.kv_row(k, p, hd))?;
+        let vm = self.mem_range(self.kv_row(v, p, hd))?;
+        let kvp = self.csr(Csr::KvPresent);
+        let mark = if kvp != ALL_PRESENT {
+            Some(self.mem_range(Span::new(line(u128::from(kvp)) + u128::from(p), 1))?)
+        } else {
+            None
+        };
+        // K first, then V (if the rows overlap in memory, V wins).
+        self.mem[km.clone()].copy_from_slice(&self.spm[ks]);
+        self.mem[vm.clone()].copy_from_slice(&self.spm[vs]);
+        self.note_write(&km);
+        self.note_write(&vm);
+        if let Some(m) = mark {
+            self.mem[m.start] = 1;
+            self.note_write(&m);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,498 @@
+//! The matmul kernel: `W x` for the block formats, fast and exact.
+//!
+//! The arithmetic is `opu_hw::numerics::dot::accumulate_block` per block (docs/numerics.md, "Hybrid block dot
+//! product"), split where the hardware splits it:
+//!
+//! 1. each token's input is aligned once per matmul ([`align_vector`]); its mantissas fit `i16`
+//!    (|a_j| <= 2047 * 2^(W-12) <= 32752), and `S_a` ([`AlignedBlock::mant_sum`]) is computed once per
+//!    activation block and shared by every row;
+//! 2. `S_q = sum_j a_j q_j` of a block is an exact integer (|S_q| < 2^27): computed with i16 x i16 -> i32
+//!    multiply-adds, with AVX2 when the CPU has it (`vpmaddwd`, 8 blocks per horizontal reduction) and a
+//!    portable loop otherwise; both equal `dot::block_sums` (tested);
+//! 3. the terms `d S_q 2^X` and `m S_a 2^X` enter the `WideAcc` exactly as `accumulate_block` adds them
+//!    (`opu_hw::numerics::dot::accumulate_block_sums`, the accumulator half of `accumulate_block`).
+//!
+//! The F16 format goes through `dot::accumulate_row` unchanged. Rows are independent and each is an exact
+//! sum, so splitting rows over threads gives the same bits for any thread count.
+
+use opu_hw::numerics::align::{align_vector, AlignedBlock};
+use opu_hw::numerics::dot::accumulate_row;
+use opu_hw::numerics::vector::DType;
+use opu_hw::numerics::{WeightFormat, WideAcc, BLOCK};
+use rayon::prelude::*;
+
+use opu_hw::numerics::dot::accumulate_block_sums;
+
+/// One token's input vector, aligned for the PE array.
+pub(crate) struct AlignedActs {
+    /// The aligned mantissas `a_j` of each block.
+    pub mant: Vec<[i16; BLOCK]>,
+    /// `X`: the exponent of each block's last mantissa bit.
+    pub scale_exp: Vec<i32>,
+    pub nonfinite: Vec<bool>,
+    /// `S_a` of each block.
+    pub sum: Vec<i64>,
+}
+
+impl AlignedActs {
+    pub fn new(x: &[u16], act_bits: u32) -> Self {
+        let blocks = align_vector(x, act_bits);
+        AlignedActs {
+            mant: blocks.iter().map(to_i16).collect(),
+            scale_exp: blocks.iter().map(|b| b.scale_exp).collect(),
+            nonfinite: blocks.iter().map(|b| b.nonfinite).collect(),
+            sum: blocks.iter().map(AlignedBlock::mant_sum).collect(),
+        }
+    }
+
+    pub fn blocks(&self) -> usize {
+        self.mant.len()
+    }
+}
+
+fn to_i16(b: &AlignedBlock) -> [i16; BLOCK] {
+    b.mant.map(|a| i16::try_from(a).expect("aligned mantissas fit 16 bits (docs/numerics.md)"))
+}
+
+/// Offset of the quantized integers within a block (GGUF layouts: docs/numerics.md, "Weight formats").
+fn qs_offset(fmt: WeightFormat) -> usize {
+    match fmt {
+        WeightFormat::W4Min => 4,
+        WeightFormat::W4 | WeightFormat::W8 => 2,
+        WeightFormat::F16 => unreachable!("F16 is not blocked"),
+    }
+}
+
+/// The FP16 scale `d` and, for W4Min, minimum `m` of a block (what `weights::decode_block` reads).
+#[inline]
+fn block_scales(fmt: WeightFormat, blk: &[u8]) -> (u16, Option<u16>) {
+    let d = u16::from_le_bytes([blk[0], blk[1]]);
+    let m = (fmt == WeightFormat::W4Min).then(|| u16::from_le_bytes([blk[2], blk[3]]));
+    (d, m)
+}
+
+/// Adds one row of blocks to `acc` (`dot::accumulate_row` for a block format), given each block's `S_q`.
+#[inline(always)]
+fn accumulate_row_sums(acc: &mut WideAcc, fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32]) {
+    let blocks = row.chunks_exact(fmt.block_bytes()).zip(sq).zip(&acts.scale_exp).zip(&acts.nonfinite).zip(&acts.sum);
+    for ((((blk, &sq), &x), &x_nonfinite), &sa) in blocks {
+        let (d, m) = block_scales(fmt, blk);
+        accumulate_block_sums(acc, x, x_nonfinite, i64::from(sq), sa, d, m);
+    }
+}
+
+/// `S_q` of one block, portable (the compiler vectorizes it where it can).
+#[inline]
+pub(crate) fn block_sq_portable(fmt: WeightFormat, blk: &[u8], a: &[i16; BLOCK]) -> i32 {
+    let qs = &blk[qs_offset(fmt)..];
+    match fmt {
+        WeightFormat::W4Min | WeightFormat::W4 => {
+            let off = if fmt == WeightFormat::W4 { 8 } else { 0 };
+            let mut s = 0i32;
+            for j in 0..16 {
+                s += i32::from(a[j]) * (i32::from(qs[j] & 15) - off);
+                s += i32::from(a[j + 16]) * (i32::from(qs[j] >> 4) - off);
+            }
+            s
+        }
+        WeightFormat::W8 => a.iter().zip(&qs[..BLOCK]).map(|(&x, &q)| i32::from(x) * i32::from(q as i8)).sum(),
+        WeightFormat::F16 => unreachable!("F16 is not blocked"),
+    }
+}
+
+/// How `S_q` is computed on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Simd {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Simd {
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("bmi2")
+            && std::arch::is_x86_feature_detected!("lzcnt")
+            && std::arch::is_x86_feature_detected!("popcnt")
+        {
+            return Simd::Avx2;
+        }
+        Simd::Portable
+    }
+
+    /// `S_q` of every block of `row` (whole blocks of `fmt`) against `acts`, into `sq`.
+    pub fn row_sums(self, fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &mut [i32]) {
+        let bb = fmt.block_bytes();
+        let nb = acts.blocks();
+        assert!(row.len() == nb * bb && sq.len() >= nb);
+        match self {
+            Simd::Portable => {
+                for ((s, blk), a) in sq.iter_mut().zip(row.chunks_exact(bb)).zip(&acts.mant) {
+                    *s = block_sq_portable(fmt, blk, a);
+                }
+            }
+            // SAFETY: AVX2 is present (detected), and the lengths were checked above.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { avx2::row_sums(fmt, row, &acts.mant, sq) },
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{qs_offset, WeightFormat, BLOCK};
+    use std::arch::x86_64::*;
+
+    /// The 8 i32 partial sums (pairs of products) of one block; their total is `S_q`.
+    #[inline(always)]
+    unsafe fn block_vec(fmt: WeightFormat, qs: *const u8, a: *const i16) -> __m256i {
+        let a0 = _mm256_loadu_si256(a as *const __m256i);
+        let a1 = _mm256_loadu_si256(a.add(16) as *const __m256i);
+        let (q0, q1) = match fmt {
+            WeightFormat::W8 => (
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(qs as *const __m128i)),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(qs.add(16) as *const __m128i)),
+            ),
+            _ => {
+                // Weight j is the low nibble of byte j, weight j + 16 its high nibble.
+                let bytes = _mm_loadu_si128(qs as *const __m128i);
+                let mask = _mm_set1_epi8(0x0F);
+                let lo = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, mask));
+                let hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
+                if fmt == WeightFormat::W4 {
+                    let eight = _mm256_set1_epi16(8);
+                    (_mm256_sub_epi16(lo, eight), _mm256_sub_epi16(hi, eight))
+                } else {
+                    (lo, hi)
+                }
+            }
+        };
+        // i16 x i16 products summed in pairs: exact in i32 (|a| <= 32752, |q| <= 128).
+        _mm256_add_epi32(_mm256_madd_epi16(q0, a0), _mm256_madd_epi16(q1, a1))
+    }
+
+    /// The totals of 8 vectors, in order.
+    #[inline(always)]
+    unsafe fn hsum8(v: &[__m256i; 8]) -> __m256i {
+        let s01 = _mm256_hadd_epi32(v[0], v[1]);
+        let s23 = _mm256_hadd_epi32(v[2], v[3]);
+        let s45 = _mm256_hadd_epi32(v[4], v[5]);
+        let s67 = _mm256_hadd_epi32(v[6], v[7]);
+        let s0123 = _mm256_hadd_epi32(s01, s23);
+        let s4567 = _mm256_hadd_epi32(s45, s67);
+        let lo = _mm256_permute2x128_si256(s0123, s4567, 0x20);
+        let hi = _mm256_permute2x128_si256(s0123, s4567, 0x31);
+        _mm256_add_epi32(lo, hi)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn row_sums(fmt: WeightFormat, row: &[u8], acts: &[[i16; BLOCK]], sq: &mut [i32]) {
+        let bb = fmt.block_bytes();
+        let qs = row.as_ptr().add(qs_offset(fmt));
+        let nb = acts.len();
+        let mut b = 0;
+        while b + 8 <= nb {
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (k, vk) in v.iter_mut().enumerate() {
+                *vk = block_vec(fmt, qs.add((b + k) * bb), acts[b + k].as_ptr());
+            }
+            _mm256_storeu_si256(sq.as_mut_ptr().add(b) as *mut __m256i, hsum8(&v));
+            b += 8;
+        }
+        if b < nb {
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (k, vk) in v.iter_mut().enumerate().take(nb - b) {
+                *vk = block_vec(fmt, qs.add((b + k) * bb), acts[b + k].as_ptr());
+            }
+            let mut out = [0i32; 8];
+            _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, hsum8(&v));
+            sq[b..nb].copy_from_slice(&out[..nb - b]);
+        }
+    }
+}
+
+/// Computes matmul rows; owns the thread pool.
+pub(crate) struct Kernel {
+    pub simd: Simd,
+    threads: usize,
+    pool: Option<rayon::ThreadPool>,
+}
+
+/// One `matmul`'s operands.
+pub(crate) struct MatmulJob<'a> {
+    pub fmt: WeightFormat,
+    pub out: DType,
+    /// The weight rows, `rows x row_bytes`.
+    pub weights: &'a [u8],
+    pub row_bytes: usize,
+    /// Per token: the FP16 input (F16 format) ...
+    pub raw: &'a [Vec<u16>],
+    /// ... and the aligned input (block formats).
+    pub acts: &'a [AlignedActs],
+    /// With `acc=1`: each output's starting accumulator, `[row][token]`.
+    pub init: Option<&'a [WideAcc]>,
+}
+
+impl Kernel {
+    pub fn new(threads: usize) -> Self {
+        let mut k = Kernel { simd: Simd::detect(), threads: 1, pool: None };
+        k.set_threads(threads);
+        k
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    pub fn set_threads(&mut self, n: usize) {
+        let n = n.max(1);
+        if n == self.threads && (n == 1 || self.pool.is_some()) {
+            return;
+        }
+        self.threads = n;
+        self.pool = (n > 1).then(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(|i| format!("opu-sim-{i}"))
+                .build()
+                .expect("build the simulator's thread pool")
+        });
+    }
+
+    /// Calls `f(first, chunk)` for consecutive chunks of `data` (`first` = the index of the chunk's first
+    /// element): in parallel on the pool when there is one, in order on this thread otherwise.
+    pub fn for_each_chunk<T: Send>(&self, data: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+        let chunk = chunk.max(1);
+        match &self.pool {
+            Some(pool) if data.len() > chunk => {
+                pool.install(|| data.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c)));
+            }
+            _ => data.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c)),
+        }
+    }
+
+    /// The stored bits (FP16 in the low half, or FP32) of every output, `[row][token]`.
+    pub fn matmul(&self, job: &MatmulJob) -> Vec<u32> {
+        let ntok = job.raw.len();
+        let rows = job.weights.len() / job.row_bytes;
+        let mut out = vec![0u32; rows * ntok];
+        // A few chunks per thread balance the load; rows are independent, so any split is exact.
+        let chunk = rows.div_ceil(self.threads * 4).max(8);
+        self.for_each_chunk(&mut out, chunk * ntok, |first, o| self.rows(job, first / ntok, o));
+        out
+    }
+
+    /// Rows `first..first + out.len() / ntok`.
+    fn rows(&self, job: &MatmulJob, first: usize, out: &mut [u32]) {
+        match self.simd {
+            Simd::Portable => rows_impl(Simd::Portable, job, first, out),
+            // SAFETY: the CPU has AVX2, BMI2 and LZCNT (detected).
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { rows_avx2(job, first, out) },
+        }
+    }
+}
+
+/// [`rows_impl`] compiled for AVX2 CPUs: the same code, with the block sums in AVX2 and the accumulator's
+/// shifts and leading-zero counts in BMI2 and LZCNT instructions (instead of `bsr` and branches).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
+unsafe fn rows_avx2(job: &MatmulJob, first: usize, out: &mut [u32]) {
+    rows_impl(Simd::Avx2, job, first, out)
+}
+
+/// Rows ahead whose weights are requested from memory while a row is computed (the stream is sequential,
+/// but the hardware prefetcher alone leaves the kernel waiting on a matrix that does not fit the caches).
+const PREFETCH_ROWS: usize = 4;
+
+/// Asks for the cache lines of `bytes[at..at + len]` (those inside `bytes`), without waiting.
+#[inline(always)]
+fn prefetch(bytes: &[u8], at: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = (at + len).min(bytes.len());
+        let mut p = at;
+        while p < end {
+            // SAFETY: a prefetch of an address inside the slice; it has no architectural effect.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch(bytes.as_ptr().add(p) as *const i8, std::arch::x86_64::_MM_HINT_T0)
+            };
+            p += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at, len);
+}
+
+#[inline(always)]
+fn rows_impl(simd: Simd, job: &MatmulJob, first: usize, out: &mut [u32]) {
+    let ntok = job.raw.len();
+    let mut sq = vec![0i32; job.acts.first().map_or(0, AlignedActs::blocks)];
+    for (i, o) in out.chunks_exact_mut(ntok).enumerate() {
+        let r = first + i;
+        let row = &job.weights[r * job.row_bytes..(r + 1) * job.row_bytes];
+        prefetch(job.weights, (r + PREFETCH_ROWS) * job.row_bytes, job.row_bytes);
+        for (t, o) in o.iter_mut().enumerate() {
+            let mut acc = job.init.map_or(WideAcc::ZERO, |init| init[r * ntok + t]);
+            if job.fmt == WeightFormat::F16 {
+                accumulate_row(&mut acc, job.fmt, &[], &job.raw[t], row);
+            } else {
+                let a = &job.acts[t];
+                simd.row_sums(job.fmt, row, a, &mut sq);
+                accumulate_row_sums(&mut acc, job.fmt, row, a, &sq);
+            }
+            *o = match job.out {
+                DType::F16 => u32::from(acc.to_f16()),
+                DType::F32 => acc.to_f32().to_bits(),
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opu_hw::numerics::dot::{accumulate_block, block_sums};
+    use opu_hw::numerics::weights::decode_block;
+    use rand::{Rng, SeedableRng};
+
+    /// FP16 bits of every kind: normal, subnormal, zero, large, and (rarely) infinite or NaN.
+    fn any_f16(rng: &mut impl Rng) -> u16 {
+        match rng.gen_range(0..100) {
+            0 => 0x7C00 | (rng.gen::<u16>() & 0x83FF), // inf or NaN, either sign
+            1..=5 => rng.gen::<u16>() & 0x83FF,        // subnormal or zero
+            6..=10 => 0,
+            _ => rng.gen::<u16>() & 0xFBFF, // finite (exponent field below 31)
+        }
+    }
+
+    fn random_block(rng: &mut impl Rng, fmt: WeightFormat) -> Vec<u8> {
+        let mut blk: Vec<u8> = (0..fmt.block_bytes()).map(|_| rng.gen()).collect();
+        let d = any_f16(rng);
+        blk[0..2].copy_from_slice(&d.to_le_bytes());
+        if fmt == WeightFormat::W4Min {
+            blk[2..4].copy_from_slice(&any_f16(rng).to_le_bytes());
+        }
+        blk
+    }
+
+    fn random_acts(rng: &mut impl Rng) -> Vec<u16> {
+        // Mostly one magnitude range per block, sometimes everything at once (outliers, specials).
+        let wild = rng.gen_bool(0.3);
+        let e = rng.gen_range(1u16..30);
+        (0..BLOCK)
+            .map(|_| {
+                if wild {
+                    any_f16(rng)
+                } else {
+                    (rng.gen::<u16>() & 0x83FF) | (e.saturating_sub(rng.gen_range(0..4)).max(1) << 10)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn accumulate_block_sums_equals_accumulate_block() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5EED);
+        let simd = Simd::detect();
+        let n = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
+        for i in 0..n {
+            let fmt = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8][i % 3];
+            let bits = if i % 7 == 0 { rng.gen_range(8..=16) } else { 16 };
+            let x = random_acts(&mut rng);
+            let blk = random_block(&mut rng, fmt);
+            let acts = AlignedActs::new(&x, bits);
+            let aligned = align_vector(&x, bits);
+            let wb = decode_block(fmt, &blk);
+            let (want_sq, want_sa) = block_sums(&aligned[0], &wb);
+
+            let mut sq = [0i32; 1];
+            simd.row_sums(fmt, &blk, &acts, &mut sq);
+            assert_eq!(i64::from(sq[0]), want_sq, "{fmt:?} block {i}");
+            assert_eq!(i64::from(block_sq_portable(fmt, &blk, &acts.mant[0])), want_sq);
+            assert_eq!(acts.sum[0], want_sa);
+
+            // Start from a random accumulator (a residual), as matmul acc=1 does.
+            let start = WideAcc { fixed: rng.gen::<i64>() as i128, nonfinite: rng.gen_bool(0.01) };
+            let mut want = start;
+            accumulate_block(&mut want, &aligned[0], &wb);
+            let mut got = start;
+            let (d, m) = block_scales(fmt, &blk);
+            accumulate_block_sums(&mut got, acts.scale_exp[0], acts.nonfinite[0], i64::from(sq[0]), acts.sum[0], d, m);
+            assert_eq!(got, want, "{fmt:?} block {i}");
+        }
+    }
+
+    #[test]
+    fn kernel_rows_equal_accumulate_row() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for fmt in [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8] {
+            for nb in [1usize, 7, 18, 48] {
+                let x: Vec<u16> = (0..nb).flat_map(|_| random_acts(&mut rng)).collect();
+                let aligned = align_vector(&x, 16);
+                let acts = AlignedActs::new(&x, 16);
+                let row: Vec<u8> = (0..nb).flat_map(|_| random_block(&mut rng, fmt)).collect();
+                for simd in [Simd::detect(), Simd::Portable] {
+                    let mut sq = vec![0; nb];
+                    simd.row_sums(fmt, &row, &acts, &mut sq);
+                    let start = WideAcc { fixed: rng.gen::<i64>().into(), nonfinite: false };
+                    let (mut got, mut want) = (start, start);
+                    accumulate_row_sums(&mut got, fmt, &row, &acts, &sq);
+                    accumulate_row(&mut want, fmt, &aligned, &x, &row);
+                    assert_eq!(got, want, "{fmt:?} {nb} blocks {simd:?}");
+                }
+            }
+        }
+    }
+
+    /// The whole kernel (rows, tokens, residual start, rounding, threads) on the portable path equals the
+    /// detected one: what a CPU without AVX2 computes.
+    #[test]
+    fn portable_kernel_equals_detected_kernel() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        for fmt in [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8] {
+            for out in [DType::F16, DType::F32] {
+                let (rows, nb, ntok) = (21, 5, 2);
+                let raw: Vec<Vec<u16>> =
+                    (0..ntok).map(|_| (0..nb).flat_map(|_| random_acts(&mut rng)).collect()).collect();
+                let acts: Vec<AlignedActs> = raw.iter().map(|x| AlignedActs::new(x, 16)).collect();
+                let weights: Vec<u8> = (0..rows * nb).flat_map(|_| random_block(&mut rng, fmt)).collect();
+                let init: Vec<WideAcc> =
+                    (0..rows * ntok).map(|_| WideAcc { fixed: rng.gen::<i64>().into(), nonfinite: false }).collect();
+                let job = MatmulJob {
+                    fmt,
+                    out,
+                    weights: &weights,
+                    row_bytes: nb * fmt.block_bytes(),
+                    raw: &raw,
+                    acts: &acts,
+                    init: Some(&init),
+                };
+                let mut portable = Kernel::new(1);
+                portable.simd = Simd::Portable;
+                let want = portable.matmul(&job);
+                assert_eq!(Kernel::new(1).matmul(&job), want, "{fmt:?} {out:?}");
+                assert_eq!(Kernel::new(2).matmul(&job), want, "{fmt:?} {out:?}, 2 threads");
+            }
+        }
+    }
+
+    #[test]
+    fn simd_rows_equal_portable_rows_for_every_tail() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for fmt in [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8] {
+            for nb in 1..=19 {
+                let x: Vec<u16> = (0..nb).flat_map(|_| random_acts(&mut rng)).collect();
+                let acts = AlignedActs::new(&x, 16);
+                let row: Vec<u8> = (0..nb).flat_map(|_| random_block(&mut rng, fmt)).collect();
+                let mut a = vec![0; nb];
+                let mut b = vec![0; nb];
+                Simd::detect().row_sums(fmt, &row, &acts, &mut a);
+                Simd::Portable.row_sums(fmt, &row, &acts, &mut b);
+                assert_eq!(a, b, "{fmt:?} {nb} blocks");
+            }
+        }
+    }
+}

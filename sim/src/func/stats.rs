@@ -1,0 +1,214 @@
+//! Counters of a run: the architectural ones behind the counter registers, instructions by class and
+//! mnemonic, and device-memory traffic per named region.
+
+use std::collections::BTreeMap;
+
+use opu_hw::container::Region;
+use opu_hw::isa::SPECS;
+use serde::Serialize;
+
+/// Region name under which bytes outside every region are counted.
+pub const OTHER_REGION: &str = "other";
+
+/// Device-memory bytes read and written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RegionBytes {
+    pub read: u64,
+    pub written: u64,
+}
+
+/// What the last run did (cleared at each doorbell and by SOFT_RESET).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Estimated core cycles (docs: sim/README.md, "Cycle estimate").
+    pub cycles: u64,
+    /// Estimated cycles the datapath waited for memory.
+    pub stall_cycles: u64,
+    /// Instructions retired (skipped ones and a trapping one not counted).
+    pub instret: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub macs: u64,
+    pub skipped_blocks: u64,
+    pub kv_history_hits: u64,
+    /// Instructions retired per class of `opu_hw::isa::SPECS` ("control", "scalar", "dma", "matrix", "vector",
+    /// "attention", "cnn"); every class is present.
+    pub by_class: BTreeMap<String, u64>,
+    /// Instructions retired per mnemonic (only those that ran).
+    pub by_mnemonic: BTreeMap<String, u64>,
+    /// Device-memory traffic per region of [`FuncSim::set_regions`](super::FuncSim::set_regions), plus
+    /// "other" for bytes outside every region. Every region is present.
+    pub regions: BTreeMap<String, RegionBytes>,
+}
+
+/// The raw counters.
+#[derive(Clone, Debug)]
+pub(crate) struct Counters {
+    pub cycles: u64,
+    pub stall_cycles: u64,
+    pub instret: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub macs: u64,
+    pub skipped_blocks: u64,
+    pub kv_history_hits: u64,
+    pub by_opcode: [u64; 256],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            cycles: 0,
+            stall_cycles: 0,
+            instret: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            macs: 0,
+            skipped_blocks: 0,
+            kv_history_hits: 0,
+            by_opcode: [0; 256],
+        }
+    }
+}
+
+impl Counters {
+    pub fn stats(&self, regions: &RegionTable) -> Stats {
+        let mut by_class = BTreeMap::new();
+        let mut by_mnemonic = BTreeMap::new();
+        for s in SPECS {
+            let n = self.by_opcode[usize::from(s.opcode)];
+            *by_class.entry(s.class.to_string()).or_insert(0) += n;
+            if n > 0 {
+                by_mnemonic.insert(s.mnemonic.to_string(), n);
+            }
+        }
+        Stats {
+            cycles: self.cycles,
+            stall_cycles: self.stall_cycles,
+            instret: self.instret,
+            bytes_read: self.bytes_read,
+            bytes_written: self.bytes_written,
+            macs: self.macs,
+            skipped_blocks: self.skipped_blocks,
+            kv_history_hits: self.kv_history_hits,
+            by_class,
+            by_mnemonic,
+            regions: regions.snapshot(),
+        }
+    }
+}
+
+/// Named regions and their traffic. Regions are sorted by address; a byte inside several (overlapping)
+/// regions counts in each.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RegionTable {
+    regions: Vec<Region>,
+    /// `max_end[i]` = the largest end among regions `0..=i` (monotone, so it can be binary searched even
+    /// when regions overlap).
+    max_end: Vec<u64>,
+    bytes: Vec<RegionBytes>,
+    other: RegionBytes,
+}
+
+impl RegionTable {
+    pub fn new(mut regions: Vec<Region>) -> Self {
+        regions.sort_by_key(|r| (r.addr, r.bytes));
+        let mut max_end = Vec::with_capacity(regions.len());
+        let mut m = 0u64;
+        for r in &regions {
+            m = m.max(r.addr.saturating_add(r.bytes));
+            max_end.push(m);
+        }
+        let bytes = vec![RegionBytes::default(); regions.len()];
+        RegionTable { regions, max_end, bytes, other: RegionBytes::default() }
+    }
+
+    pub fn clear_counts(&mut self) {
+        self.bytes.iter_mut().for_each(|b| *b = RegionBytes::default());
+        self.other = RegionBytes::default();
+    }
+
+    /// Attributes an access of `len` bytes at `addr`.
+    pub fn record(&mut self, addr: u64, len: u64, write: bool) {
+        let end = addr.saturating_add(len);
+        // Bytes covered by at least one region; regions come in address order, so a cursor gives the union.
+        let mut covered = 0u64;
+        let mut cursor = addr;
+        let first = self.max_end.partition_point(|&e| e <= addr);
+        for i in first..self.regions.len() {
+            let r = &self.regions[i];
+            if r.addr >= end {
+                break;
+            }
+            let lo = r.addr.max(addr);
+            let hi = r.addr.saturating_add(r.bytes).min(end);
+            if hi > lo {
+                add(&mut self.bytes[i], hi - lo, write);
+                if hi > cursor {
+                    covered += hi - lo.max(cursor);
+                    cursor = hi;
+                }
+            }
+        }
+        add(&mut self.other, len - covered, write);
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, RegionBytes> {
+        let mut m = BTreeMap::new();
+        for (r, b) in self.regions.iter().zip(&self.bytes) {
+            let e: &mut RegionBytes = m.entry(r.name.clone()).or_default();
+            e.read += b.read;
+            e.written += b.written;
+        }
+        let e = m.entry(OTHER_REGION.to_string()).or_default();
+        e.read += self.other.read;
+        e.written += self.other.written;
+        m
+    }
+}
+
+fn add(b: &mut RegionBytes, n: u64, write: bool) {
+    if write {
+        b.written += n;
+    } else {
+        b.read += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(name: &str, addr: u64, bytes: u64) -> Region {
+        Region { name: name.into(), kind: "test".into(), addr, bytes }
+    }
+
+    #[test]
+    fn bytes_split_over_regions_and_other() {
+        let mut t = RegionTable::new(vec![region("b", 200, 100), region("a", 0, 100)]);
+        t.record(50, 200, false); // 50 in a, 100 other, 50 in b
+        t.record(1000, 8, true); // other
+        t.record(250, 10, true); // b
+        let s = t.snapshot();
+        assert_eq!(s["a"], RegionBytes { read: 50, written: 0 });
+        assert_eq!(s["b"], RegionBytes { read: 50, written: 10 });
+        assert_eq!(s[OTHER_REGION], RegionBytes { read: 100, written: 8 });
+        t.clear_counts();
+        assert_eq!(t.snapshot()["a"], RegionBytes::default());
+    }
+
+    #[test]
+    fn overlapping_regions_count_in_each() {
+        let mut t = RegionTable::new(vec![region("big", 0, 1000), region("small", 10, 10), region("late", 500, 10)]);
+        t.record(600, 10, false);
+        t.record(12, 4, false);
+        t.record(995, 10, true); // 5 in big, 5 other
+        let s = t.snapshot();
+        assert_eq!(s["big"].read, 14);
+        assert_eq!(s["small"].read, 4);
+        assert_eq!(s["late"].read, 0);
+        assert_eq!(s[OTHER_REGION].read, 0);
+        assert_eq!(s["big"].written, 5);
+        assert_eq!(s[OTHER_REGION].written, 5);
+    }
+}
