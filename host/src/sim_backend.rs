@@ -24,6 +24,10 @@ pub struct SimBackend {
     pub passes: usize,
     /// Seconds the compiler took to build the program.
     pub compile_seconds: f64,
+    /// Kind of each named device-memory region ("weights", "kv", "norms", "table", "io", "code").
+    region_kinds: std::collections::HashMap<String, String>,
+    /// Device-memory bytes (read, written) per region kind since the last reset.
+    pub bytes_by_kind: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 impl SimBackend {
@@ -34,12 +38,24 @@ impl SimBackend {
         let compile_seconds = t.elapsed().as_secs_f64();
         let mut dev = FuncSim::new(config);
         dev.set_threads(threads);
+        let mut region_kinds = std::collections::HashMap::new();
         if let Some(layout) = compiled.container.layout()? {
+            region_kinds = layout.regions.iter().map(|r| (r.name.clone(), r.kind.clone())).collect();
             dev.set_regions(layout.regions);
         }
         loader::load(&mut dev, &compiled.container)?;
         let label = format!("sim (functional, overlay `{}`, {threads} thread{})", config.name, if threads == 1 { "" } else { "s" });
-        Ok(SimBackend { dev, meta: compiled.meta, pos: 0, label, counters: Counters::default(), passes: 0, compile_seconds })
+        Ok(SimBackend {
+            dev,
+            meta: compiled.meta,
+            pos: 0,
+            label,
+            counters: Counters::default(),
+            passes: 0,
+            compile_seconds,
+            region_kinds,
+            bytes_by_kind: Default::default(),
+        })
     }
 
     pub fn meta(&self) -> &ProgramMeta {
@@ -58,6 +74,12 @@ impl SimBackend {
         loader::run(&mut self.dev, e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT)
             .with_context(|| format!("running `{}` at position {}", e.name, self.pos))?;
         self.counters.add(&Counters::read(&mut self.dev)?);
+        for (name, b) in self.dev.stats().regions {
+            let kind = self.region_kinds.get(&name).cloned().unwrap_or(name);
+            let e = self.bytes_by_kind.entry(kind).or_default();
+            e.0 += b.read;
+            e.1 += b.written;
+        }
         self.passes += 1;
         self.pos += tokens.len();
         Ok(())
@@ -112,6 +134,7 @@ impl Backend for SimBackend {
         // The KV cache needs no clearing: every position is written before attention reads it.
         self.pos = 0;
         self.counters = Counters::default();
+        self.bytes_by_kind.clear();
         self.passes = 0;
     }
 
@@ -156,6 +179,7 @@ impl Backend for SimBackend {
             "bytes_read": c.bytes_read,
             "bytes_written": c.bytes_written,
             "cycles_estimate": c.cycles,
+            "bytes_by_region_kind": self.bytes_by_kind.iter().map(|(k, (r, w))| (k.clone(), serde_json::json!({"read": r, "written": w}))).collect::<serde_json::Map<_, _>>(),
             "per_token": {
                 "instructions": c.instructions as f64 / tokens,
                 "macs": c.macs as f64 / tokens,

@@ -132,3 +132,35 @@ fn fetch_without_pip_says_what_to_do() {
     assert!(err.contains("on a machine with network, run `opu fetch smollm2`"), "{err}");
     assert!(err.contains(&cache.join("smollm2").display().to_string()) && err.contains("--model PATH"), "{err}");
 }
+
+/// `opu compile` and `opu inspect` on a small synthetic llama; bad GGUFs give errors naming the file.
+#[test]
+fn compile_and_inspect() {
+    let model = tmp("tiny.gguf");
+    std::fs::write(&model, opu_compiler::testing::TinyLlama::default().gguf()).unwrap();
+    let prog = tmp("tiny.opu");
+    let out = opu(&["compile", s(&model), "--config", "sim", "--max-context", "32", "-o", s(&prog)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = opu(&["inspect", "--json", s(&prog)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["config_hash"], format!("{:#018x}", opu_hw::OverlayConfig::sim().hash()));
+    let entries = v["entries"].as_array().unwrap();
+    assert_eq!(entries.iter().map(|e| e["name"].as_str().unwrap()).collect::<Vec<_>>(), ["decode", "prefill"]);
+    assert!(entries[0]["by_class"]["matrix"].as_u64().unwrap() > 2 * 7, "{}", entries[0]);
+    // Every weight byte is streamed once per decode step (plus embeddings, gains, RoPE rows and logits).
+    let weights = v["decode"]["weight_bytes"].as_u64().unwrap();
+    let moved = v["decode"]["bytes_moved_per_decode_token_static"].as_u64().unwrap();
+    assert!(moved > weights && moved < weights + weights / 2, "{moved} vs {weights}");
+
+    let bytes = std::fs::read(&model).unwrap();
+    let cut = tmp("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let out = opu(&["compile", s(&cut), "-o", s(&tmp("cut.opu"))]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cut.gguf") && err.contains("truncated GGUF"), "{err}");
+    let out = opu(&["compile", s(&model), "--config", "sim", "--max-context", "0", "-o", s(&tmp("z.opu"))]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-context must be at least 1"));
+}
