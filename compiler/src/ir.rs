@@ -427,31 +427,27 @@ pub(crate) mod tests {
     /// A tiny llama: 2 layers, n_embd 8, 4 query heads of 2, 2 KV heads, n_ff 12, vocab 10; F32 weights from a
     /// deterministic pseudo-random sequence. `edit` may change the tensor list (name, GGUF dims) before writing.
     pub(crate) fn tiny_gguf(tied: bool, edit: impl Fn(&mut Vec<(String, Vec<u64>)>)) -> Gguf {
-        let (e, f, kv, vocab) = (8u64, 12u64, 4u64, 10usize);
-        let mut want: Vec<(String, Vec<u64>)> = vec![(TOKEN_EMBD.into(), vec![e, vocab as u64]), (OUTPUT_NORM.into(), vec![e])];
-        if !tied {
-            want.push((OUTPUT.into(), vec![e, vocab as u64]));
-        }
-        for l in 0..2 {
-            let n = LayerNames::new(l);
-            want.extend([
-                (n.attn_norm, vec![e]),
-                (n.wq, vec![e, e]),
-                (n.wk, vec![e, kv]),
-                (n.wv, vec![e, kv]),
-                (n.wo, vec![e, e]),
-                (n.ffn_norm, vec![e]),
-                (n.w_gate, vec![e, f]),
-                (n.w_up, vec![e, f]),
-                (n.w_down, vec![f, e]),
-            ]);
-        }
+        let vocab = 10usize;
+        let cfg = LlamaConfig {
+            n_layer: 2,
+            n_embd: 8,
+            n_ff: 12,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 2,
+            vocab,
+            context_length: 16,
+            rope_theta: 10000.0,
+            rms_eps: 1e-5,
+            tied_output: tied,
+        };
+        let mut want = cfg.expected_tensors();
         edit(&mut want);
         let mut w = GgufWriter::new();
         w.kv("general.architecture", Value::String("llama".into()))
             .kv("llama.block_count", Value::U32(2))
-            .kv("llama.embedding_length", Value::U32(e as u32))
-            .kv("llama.feed_forward_length", Value::U32(f as u32))
+            .kv("llama.embedding_length", Value::U32(cfg.n_embd as u32))
+            .kv("llama.feed_forward_length", Value::U32(cfg.n_ff as u32))
             .kv("llama.attention.head_count", Value::U32(4))
             .kv("llama.attention.head_count_kv", Value::U32(2))
             .kv("llama.context_length", Value::U32(32))

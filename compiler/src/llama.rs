@@ -127,6 +127,17 @@ impl LlamaConfig {
     }
 
     fn check_tensors(&self, g: &Gguf) -> Result<(), ModelError> {
+        for (name, expected) in self.expected_tensors() {
+            let t = tensor(g, &name)?;
+            if t.dims != expected {
+                return Err(ModelError::Shape { path: g.path.clone(), name, found: t.dims.clone(), expected });
+            }
+        }
+        Ok(())
+    }
+
+    /// Every tensor the architecture needs, with the GGUF dims (fastest first) the hyperparameters imply.
+    pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
         let (e, f, kv) = (self.n_embd as u64, self.n_ff as u64, (self.n_head_kv * self.head_dim) as u64);
         let mut want: Vec<(String, Vec<u64>)> = vec![(TOKEN_EMBD.into(), vec![e, self.vocab as u64]), (OUTPUT_NORM.into(), vec![e])];
         if !self.tied_output {
@@ -146,13 +157,7 @@ impl LlamaConfig {
                 (n.w_down, vec![f, e]),
             ]);
         }
-        for (name, expected) in want {
-            let t = tensor(g, &name)?;
-            if t.dims != expected {
-                return Err(ModelError::Shape { path: g.path.clone(), name, found: t.dims.clone(), expected });
-            }
-        }
-        Ok(())
+        want
     }
 }
 

@@ -17,6 +17,22 @@ pub trait Backend {
     /// Runs `tokens` at the next positions and returns the logits of every one of them (`all_logits`) or
     /// of the last only.
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>>;
+    /// The checks every `forward` makes before it runs: at least one token, every id in the vocabulary,
+    /// and room in the context.
+    fn check_input(&self, tokens: &[u32]) -> Result<()> {
+        anyhow::ensure!(!tokens.is_empty(), "forward needs at least one token");
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= self.vocab_size()) {
+            bail!("token id {bad} is outside the vocabulary of {}", self.vocab_size());
+        }
+        anyhow::ensure!(
+            self.position() + tokens.len() <= self.context_length(),
+            "{} tokens at position {} exceed the context length {}",
+            tokens.len(),
+            self.position(),
+            self.context_length()
+        );
+        Ok(())
+    }
     /// Device counters since the last reset (instructions, MACs, bytes moved), for backends that have them.
     fn stats(&self) -> Option<serde_json::Value> {
         None

@@ -171,17 +171,7 @@ impl Backend for ReferenceModel {
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
-        anyhow::ensure!(!tokens.is_empty(), "forward needs at least one token");
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= self.cfg.vocab) {
-            anyhow::bail!("token id {bad} is outside the vocabulary of {}", self.cfg.vocab);
-        }
-        anyhow::ensure!(
-            self.pos + tokens.len() <= self.cfg.context_length,
-            "{} tokens at position {} exceed the context length {}",
-            tokens.len(),
-            self.pos,
-            self.cfg.context_length
-        );
+        self.check_input(tokens)?;
         let hidden = self.forward_hidden(tokens)?;
         let rows = if all_logits { hidden } else { hidden.narrow(0, tokens.len() - 1, 1)? };
         let logits = rows.matmul(&self.output.t()?)?.to_dtype(DType::F32)?;

@@ -87,8 +87,7 @@ impl SimBackend {
 
     /// Runs one token through the `decode` entry (whatever the batch size) and returns its logits.
     pub fn forward_single(&mut self, token: u32) -> Result<Vec<f32>> {
-        anyhow::ensure!((token as usize) < self.meta.vocab, "token id {token} is outside the vocabulary of {}", self.meta.vocab);
-        anyhow::ensure!(self.pos < self.meta.max_context, "position {} is past the compiled context {}", self.pos, self.meta.max_context);
+        self.check_input(&[token])?;
         self.pass(0, &[token])?;
         self.read_logits(0)
     }
@@ -139,17 +138,7 @@ impl Backend for SimBackend {
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
-        anyhow::ensure!(!tokens.is_empty(), "forward needs at least one token");
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= self.meta.vocab) {
-            bail!("token id {bad} is outside the vocabulary of {}", self.meta.vocab);
-        }
-        anyhow::ensure!(
-            self.pos + tokens.len() <= self.meta.max_context,
-            "{} tokens at position {} exceed the compiled context of {} (compile with a larger --max-context)",
-            tokens.len(),
-            self.pos,
-            self.meta.max_context
-        );
+        self.check_input(tokens)?;
         let batch = self.meta.entries[1].ntok;
         let mut out = Vec::new();
         let mut rest = tokens;
