@@ -181,12 +181,11 @@ pub struct LayerError {
 }
 
 /// Layer-by-layer comparison: the sim backend (compiled with the layer trace, one token per pass) against
-/// the compiler's f32 interpreter of the graph IR, on the prompts' tokens.
+/// the compiler's f32 interpreter of the graph IR, over every position of every token sequence.
 pub fn per_layer(
     g: &opu_compiler::gguf::Gguf,
     config: &opu_hw::OverlayConfig,
-    tokenizer: &crate::tokenizer::Tokenizer,
-    prompts: &[Prompt],
+    sequences: &[Vec<u32>],
     threads: usize,
 ) -> Result<Vec<LayerError>> {
     use crate::backend::Backend;
@@ -195,11 +194,10 @@ pub fn per_layer(
     let mut interp = opu_compiler::interp::Interpreter::new(g)?;
     let n_layer = sim.meta().n_layer;
     let (mut num, mut den) = (vec![0.0f64; n_layer], vec![0.0f64; n_layer]);
-    for p in prompts {
-        let ids = tokenizer.encode(&p.text)?;
+    for ids in sequences {
         sim.reset();
         interp.reset();
-        let reference = interp.forward(&ids)?;
+        let reference = interp.forward(ids)?;
         for (pos, &id) in ids.iter().enumerate() {
             sim.forward_single(id)?;
             let trace = sim.read_trace(1)?;

@@ -285,7 +285,8 @@ fn run(cli: Cli) -> Result<()> {
             let layers = if per_layer {
                 let path = cache::resolve_model(model.model.as_deref(), true)?;
                 let g = opu_compiler::gguf::Gguf::open(&path)?;
-                Some(eval::per_layer(&g, &OverlayConfig::sim(), &backend.tokenizer, &prompts, opu_host::runtime::compute_threads())?)
+                let sequences = prompts.iter().map(|p| backend.tokenizer.encode(&p.text)).collect::<Result<Vec<_>, _>>()?;
+                Some(eval::per_layer(&g, &OverlayConfig::sim(), &sequences, opu_host::runtime::compute_threads())?)
             } else {
                 None
             };

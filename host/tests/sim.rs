@@ -110,3 +110,16 @@ fn sim_agrees_with_the_reference_teacher_forced() {
     assert!(overall["top1_agreement"].as_f64().unwrap() >= 0.97, "{overall}");
     assert!(overall["mean_logit_cosine"].as_f64().unwrap() >= 0.999, "{overall}");
 }
+
+#[test]
+fn layer_by_layer_the_sim_stays_close_to_the_f32_interpreter() {
+    single_thread();
+    let g = tiny();
+    let sequences = vec![(0..12).map(|i| (i * 7 + 3) % 96).collect::<Vec<u32>>(), vec![5, 5, 90, 1]];
+    let layers = opu_host::eval::per_layer(&g, &OverlayConfig::sim(), &sequences, 1).unwrap();
+    assert_eq!(layers.len(), 2);
+    for l in &layers {
+        // FP16 activations: each rounding is 2^-11 relative; a few of them per layer.
+        assert!(l.relative_l2 > 0.0 && l.relative_l2 < 5e-3, "layer {}: {}", l.layer, l.relative_l2);
+    }
+}
