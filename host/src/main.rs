@@ -268,7 +268,7 @@ fn run(cli: Cli) -> Result<()> {
                 if let Some(d) = session.backend_stats() {
                     let pt = &d["per_token"];
                     println!(
-                        "-- device, per token: {:.0} instructions, {:.1} M MACs, {:.1} MB moved; {} passes; compiled in {:.2} s",
+                        "-- device, per decoded token: {:.0} instructions, {:.1} M MACs, {:.1} MB moved; {} passes; compiled in {:.2} s",
                         pt["instructions"].as_f64().unwrap_or(0.0),
                         pt["macs"].as_f64().unwrap_or(0.0) / 1e6,
                         pt["bytes_moved"].as_f64().unwrap_or(0.0) / 1e6,

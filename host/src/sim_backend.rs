@@ -22,6 +22,9 @@ pub struct SimBackend {
     /// Counters since the last reset, and the tokens they cover.
     pub counters: Counters,
     pub passes: usize,
+    /// Counters of the one-token `decode` passes alone, and their number.
+    pub decode_counters: Counters,
+    pub decode_passes: usize,
     /// Seconds the compiler took to build the program.
     pub compile_seconds: f64,
     /// Kind of each named device-memory region ("weights", "kv", "norms", "table", "io", "code").
@@ -52,6 +55,8 @@ impl SimBackend {
             label,
             counters: Counters::default(),
             passes: 0,
+            decode_counters: Counters::default(),
+            decode_passes: 0,
             compile_seconds,
             region_kinds,
             bytes_by_kind: Default::default(),
@@ -73,7 +78,12 @@ impl SimBackend {
         self.dev.mem_write(self.meta.ids_addr, &ids)?;
         loader::run(&mut self.dev, e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT)
             .with_context(|| format!("running `{}` at position {}", e.name, self.pos))?;
-        self.counters.add(&Counters::read(&mut self.dev)?);
+        let run = Counters::read(&mut self.dev)?;
+        self.counters.add(&run);
+        if entry == 0 {
+            self.decode_counters.add(&run);
+            self.decode_passes += 1;
+        }
         for (name, b) in self.dev.stats().regions {
             let kind = self.region_kinds.get(&name).cloned().unwrap_or(name);
             let e = self.bytes_by_kind.entry(kind).or_default();
@@ -135,6 +145,8 @@ impl Backend for SimBackend {
         self.counters = Counters::default();
         self.bytes_by_kind.clear();
         self.passes = 0;
+        self.decode_counters = Counters::default();
+        self.decode_passes = 0;
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
@@ -158,21 +170,29 @@ impl Backend for SimBackend {
     }
 
     fn stats(&self) -> Option<serde_json::Value> {
-        let tokens = self.pos.max(1) as f64;
-        let c = &self.counters;
+        // Per token: the one-token decode passes when there were any (prefill batches share each weight
+        // stream among their tokens), else the average over all passes.
+        let (c, tokens) = if self.decode_passes > 0 {
+            (&self.decode_counters, self.decode_passes as f64)
+        } else {
+            (&self.counters, self.pos.max(1) as f64)
+        };
+        let all = &self.counters;
         Some(serde_json::json!({
             "compile_seconds": self.compile_seconds,
             "passes": self.passes,
-            "instructions": c.instructions,
-            "macs": c.macs,
-            "bytes_read": c.bytes_read,
-            "bytes_written": c.bytes_written,
-            "cycles_estimate": c.cycles,
+            "decode_passes": self.decode_passes,
+            "instructions": all.instructions,
+            "macs": all.macs,
+            "bytes_read": all.bytes_read,
+            "bytes_written": all.bytes_written,
+            "cycles_estimate": all.cycles,
             "bytes_by_region_kind": self.bytes_by_kind.iter().map(|(k, (r, w))| (k.clone(), serde_json::json!({"read": r, "written": w}))).collect::<serde_json::Map<_, _>>(),
             "per_token": {
                 "instructions": c.instructions as f64 / tokens,
                 "macs": c.macs as f64 / tokens,
                 "bytes_moved": (c.bytes_read + c.bytes_written) as f64 / tokens,
+                "cycles_estimate": c.cycles as f64 / tokens,
             },
         }))
     }
