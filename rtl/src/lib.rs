@@ -1,3 +1,11 @@
-//! The OPU overlay in rust-hdl. The datapath arrives with the RTL issue; it must equal
-//! [`opu_hw::numerics`] bit for bit.
+//! The OPU overlay in rust-hdl. Every block equals [`opu_hw::numerics`] bit for bit: its `update()` (the
+//! model rust-hdl simulates) calls the numerics functions, and its Verilog is tested against them.
+//!
+//! - [`dsp`]: DSP48E2 packed multiplies (w4x2u).
+//! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 pub use opu_hw as hw;
+
+pub mod dsp;
+pub mod emit;
+
+pub use emit::{emit_verilog, EmitError, UNITS};

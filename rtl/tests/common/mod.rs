@@ -1,0 +1,60 @@
+//! Shared helpers: external tools (verilator, yosys) with the REQUIRE_VERILATOR rule, scratch dirs.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// True if `tool --version` runs. If it does not and `REQUIRE_VERILATOR=1`, panics (CI must run the check);
+/// otherwise prints that `what` was skipped.
+pub fn have_tool(tool: &str, what: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("REQUIRE_VERILATOR").as_deref() == Ok("1") {
+            panic!("{tool} not found on PATH and REQUIRE_VERILATOR=1: cannot run {what}");
+        }
+        eprintln!("SKIPPED {what}: {tool} not found on PATH (set REQUIRE_VERILATOR=1 to make this an error)");
+    }
+    ok
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("opu-rtl-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs a command, panicking with its output if it fails; returns stdout + stderr.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+/// xorshift64*: deterministic test inputs without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}

@@ -1,0 +1,239 @@
+//! The w4x2u DSP block: rust-hdl simulation vs opu_hw's packing model, emitted Verilog, Verilator lint,
+//! yosys DSP48E2 count.
+
+mod common;
+
+use common::{have_tool, run_ok, scratch, Rng};
+use opu_hw::numerics::packing::w4x2u_products;
+use opu_rtl::dsp::{i64_to_signed, signed_to_i64, MulW4x2};
+use opu_rtl::emit::{emit_verilog, mul_w4x2_top, top_name};
+use rust_hdl::prelude::*;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// The extremes (weights 0, 1, 14, 15; activations at and near the ends and zero) then `n` random inputs.
+fn inputs(n: usize, seed: u64) -> Vec<([u8; 2], i16)> {
+    let ws = [0u8, 1, 14, 15];
+    let xs = [i16::MIN, i16::MIN + 1, -1, 0, 1, i16::MAX - 1, i16::MAX];
+    let mut v = Vec::new();
+    for &w0 in &ws {
+        for &w1 in &ws {
+            for &x in &xs {
+                v.push(([w0, w1], x));
+            }
+        }
+    }
+    let mut rng = Rng(seed);
+    for _ in 0..n {
+        let r = rng.next();
+        v.push(([(r & 15) as u8, ((r >> 4) & 15) as u8], (r >> 16) as i16));
+    }
+    v
+}
+
+#[test]
+fn conversions_round_trip() {
+    for v in [i64::from(i16::MIN), -1, 0, 1, i64::from(i16::MAX)] {
+        assert_eq!(signed_to_i64(i64_to_signed::<16>(v)), v);
+    }
+    for v in [-(1i64 << 47), -(1 << 44) - 3, -1, 0, 5, (1 << 47) - 1] {
+        assert_eq!(signed_to_i64(i64_to_signed::<48>(v)), v);
+    }
+    // truncation wraps like Verilog
+    assert_eq!(signed_to_i64(i64_to_signed::<20>(1 << 19)), -(1 << 19));
+}
+
+/// (a) the block's update() model, clocked through rust-hdl's simulator, equals w4x2u_products.
+#[test]
+fn sim_matches_packing_model() {
+    let ins = inputs(3000, 0x5eed_0001);
+    let n = ins.len();
+    let got = Arc::new(Mutex::new(Vec::with_capacity(n)));
+    let (tb_ins, tb_got) = (ins.clone(), got.clone());
+    let mut sim = simple_sim!(MulW4x2, clock, 100_000_000, ep, {
+        let mut x = ep.init()?;
+        for &(w, a) in &tb_ins {
+            x.w0.next = u64::from(w[0]).into();
+            x.w1.next = u64::from(w[1]).into();
+            x.x.next = i64_to_signed(i64::from(a));
+            wait_clock_cycle!(ep, clock, x);
+            tb_got
+                .lock()
+                .unwrap()
+                .push([signed_to_i64(x.y0.val()), signed_to_i64(x.y1.val())]);
+        }
+        ep.done(x)
+    });
+    let t = std::time::Instant::now();
+    sim.run(Box::new(mul_w4x2_top()), 10_000 * (n as u64 + 10))
+        .unwrap();
+    eprintln!("rust-hdl sim: {n} cycles in {:?}", t.elapsed());
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), n);
+    for (i, (&(w, a), g)) in ins.iter().zip(got.iter()).enumerate() {
+        let want = w4x2u_products(w, a).map(i64::from);
+        assert_eq!(*g, want, "input {i}: w {w:?} x {a}");
+        assert_eq!(want, w.map(|wi| i64::from(wi) * i64::from(a)));
+    }
+}
+
+/// (b) the emitted Verilog: stable top name, the custom packed multiply, Verilator lint.
+#[test]
+fn verilog_emits_and_lints() {
+    for unit in ["dsp_w4x2", "dsp_w4x2_p"] {
+        let top = top_name(unit).unwrap();
+        let v = emit_verilog(unit).unwrap();
+        assert!(v.contains(&format!("module {top}(")), "{v}");
+        assert!(!v.contains("module top"), "{v}");
+        assert!(v.contains("p <= port_a * port_b;"), "{v}");
+        assert!(v.contains("assign port_a = {1'b0, w1, 18'b0, w0};"), "{v}");
+        if !have_tool("verilator", "verilator lint") {
+            continue;
+        }
+        let d = scratch(&format!("lint-{unit}"));
+        let f = d.join(format!("{top}.v"));
+        std::fs::write(&f, &v).unwrap();
+        run_ok(
+            Command::new("verilator")
+                .args([
+                    "--lint-only",
+                    "-Wall",
+                    "-Wno-DECLFILENAME",
+                    "-Wno-UNUSEDSIGNAL",
+                    "-Wno-UNUSEDPARAM",
+                ])
+                .args(["-Wno-WIDTH", "--top-module", top])
+                .arg(&f),
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    assert!(emit_verilog("nope").is_err());
+}
+
+/// Number of cells of type `kind` in yosys's `stat -json` output (the flattened top).
+fn cells_of(stat: &serde_json::Value, kind: &str) -> u64 {
+    let count = |m: &serde_json::Value| m["num_cells_by_type"][kind].as_u64().unwrap_or(0);
+    if stat["design"].is_object() {
+        count(&stat["design"])
+    } else {
+        stat["modules"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(count)
+            .sum()
+    }
+}
+
+/// (c) yosys synth_xilinx for UltraScale+ maps each unit to exactly one DSP48E2.
+#[test]
+fn yosys_maps_to_one_dsp48e2() {
+    if !have_tool("yosys", "yosys DSP48E2 count") {
+        return;
+    }
+    for unit in ["dsp_w4x2", "dsp_w4x2_p"] {
+        let top = top_name(unit).unwrap();
+        let d = scratch(&format!("yosys-{unit}"));
+        let (f, j) = (d.join(format!("{top}.v")), d.join(format!("{top}.json")));
+        std::fs::write(&f, emit_verilog(unit).unwrap()).unwrap();
+        let script = format!(
+            "read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json",
+            f.display(),
+            j.display()
+        );
+        let t = std::time::Instant::now();
+        run_ok(Command::new("yosys").args(["-q", "-p", &script]));
+        let stat: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        eprintln!(
+            "yosys {unit}: {:?}, cells {}",
+            t.elapsed(),
+            stat["design"]["num_cells_by_type"]
+        );
+        assert_eq!(cells_of(&stat, "DSP48E2"), 1, "{unit}: {stat}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// Co-simulation: the emitted Verilog, compiled by Verilator, equals w4x2u_products on the extremes and
+/// 200k random inputs (vectors from the Rust model, compared by a small C++ testbench).
+#[test]
+fn verilator_cosim_matches_packing_model() {
+    if !have_tool("verilator", "verilator co-simulation") {
+        return;
+    }
+    let top = top_name("dsp_w4x2").unwrap();
+    let d = scratch("cosim");
+    std::fs::write(
+        d.join(format!("{top}.v")),
+        emit_verilog("dsp_w4x2").unwrap(),
+    )
+    .unwrap();
+    let ins = inputs(200_000, 0x5eed_0002);
+    let mut vec = String::with_capacity(ins.len() * 32);
+    for &(w, x) in &ins {
+        let y = w4x2u_products(w, x);
+        vec.push_str(&format!("{} {} {} {} {}\n", w[0], w[1], x, y[0], y[1]));
+    }
+    std::fs::write(d.join("vectors.txt"), vec).unwrap();
+    std::fs::write(d.join("tb.cpp"), COSIM_TB.replace("TOP", top)).unwrap();
+    let t = std::time::Instant::now();
+    run_ok(
+        Command::new("verilator")
+            .current_dir(&d)
+            .args([
+                "--cc",
+                "--exe",
+                "--build",
+                "-j",
+                "2",
+                "-Wno-WIDTH",
+                "--top-module",
+                top,
+            ])
+            .arg(format!("{top}.v"))
+            .arg("tb.cpp"),
+    );
+    let build = t.elapsed();
+    let out = run_ok(
+        Command::new(d.join("obj_dir").join(format!("V{top}")))
+            .env("VECTORS", d.join("vectors.txt")),
+    );
+    eprintln!("verilator cosim: build {build:?}, {}", out.trim());
+    assert!(
+        out.contains(&format!("checked {} mismatches 0", ins.len())),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+const COSIM_TB: &str = r#"
+#include "VTOP.h"
+#include "verilated.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+static int32_t sext20(uint32_t v) { return ((int32_t)(v << 12)) >> 12; }
+int main(int argc, char** argv) {
+    Verilated::commandArgs(argc, argv);
+    VTOP* m = new VTOP;
+    FILE* f = fopen(getenv("VECTORS"), "r");
+    if (!f) { printf("no vectors\n"); return 2; }
+    unsigned w0, w1; int x, y0, y1; long n = 0, bad = 0;
+    m->clock = 0; m->eval();
+    while (fscanf(f, "%u %u %d %d %d", &w0, &w1, &x, &y0, &y1) == 5) {
+        m->w0 = w0; m->w1 = w1; m->x = (uint16_t)x;
+        m->clock = 0; m->eval();
+        m->clock = 1; m->eval();
+        int g0 = sext20(m->y0), g1 = sext20(m->y1);
+        if (g0 != y0 || g1 != y1) {
+            if (bad < 10) printf("mismatch w %u %u x %d: got %d %d want %d %d\n", w0, w1, x, g0, g1, y0, y1);
+            bad++;
+        }
+        n++;
+    }
+    printf("checked %ld mismatches %ld\n", n, bad);
+    m->final(); delete m;
+    return (bad != 0 || n == 0) ? 1 : 0;
+}
+"#;
