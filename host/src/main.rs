@@ -141,6 +141,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The overlay's RTL: Verilog emission and yosys resource figures.
+    #[command(subcommand)]
+    Rtl(RtlCommand),
     /// Disassemble raw instructions or every code section of a program container.
     Disasm {
         input: PathBuf,
@@ -151,6 +154,32 @@ enum Command {
         #[arg(long)]
         listing: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum RtlCommand {
+    /// Write the Verilog of RTL units (all, or one with --unit) into a folder.
+    Emit {
+        /// Overlay config the units are generated for (preset or TOML; the current units do not depend on it).
+        #[arg(long, default_value = "sim")]
+        config: String,
+        /// One unit (see `opu rtl units`); default: every unit.
+        #[arg(long)]
+        unit: Option<String>,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Synthesize a unit with yosys (synth_xilinx -family xcup) and print its resources and packing factor.
+    Synth {
+        #[arg(long, default_value = "sim")]
+        config: String,
+        #[arg(long)]
+        unit: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the RTL units.
+    Units,
 }
 
 #[derive(clap::Args)]
@@ -382,6 +411,7 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("  {} tensors mapped exactly; FP16 embedding table max relative rounding {:.2e}", m.tensors.len() - inexact.len(), m.embedding_f16_max_rel_error);
         }
         Command::Inspect { input, json } => inspect(&input, json)?,
+        Command::Rtl(cmd) => rtl(cmd)?,
         Command::Disasm { input, output, listing } => {
             let text = disasm(&input, listing)?;
             match output {
@@ -409,6 +439,47 @@ fn disasm(input: &Path, listing: bool) -> Result<String> {
         let p = isa::decode_program(&bytes).with_context(|| format!("{}", input.display()))?;
         Ok(render(&p))
     }
+}
+
+fn rtl(cmd: RtlCommand) -> Result<()> {
+    match cmd {
+        RtlCommand::Units => {
+            for (name, top, what) in opu_rtl::UNITS {
+                println!("{name:<12} {top:<18} {what}");
+            }
+        }
+        RtlCommand::Emit { config, unit, output } => {
+            OverlayConfig::from_name_or_path(&config)?;
+            std::fs::create_dir_all(&output).with_context(|| format!("creating {}", output.display()))?;
+            let units: Vec<&str> = match &unit {
+                Some(u) => vec![u.as_str()],
+                None => opu_rtl::UNITS.iter().map(|u| u.0).collect(),
+            };
+            for u in units {
+                let verilog = opu_rtl::emit_verilog(u).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let top = opu_rtl::emit::top_name(u).expect("emitted units have a top");
+                let path = output.join(format!("{top}.v"));
+                std::fs::write(&path, verilog).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("{u}: {}", path.display());
+            }
+        }
+        RtlCommand::Synth { config, unit, json } => {
+            OverlayConfig::from_name_or_path(&config)?;
+            let dir = std::env::temp_dir().join(format!("opu-synth-{}-{unit}", std::process::id()));
+            let r = opu_rtl::synth::synthesize(&unit, &dir)?;
+            let _ = std::fs::remove_dir_all(&dir);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("{} ({}), yosys synth_xilinx -family xcup:", r.unit, r.top);
+                println!("  LUT {}  FF {} (upper bound: yosys keeps registers out of DSPs)  DSP48E2 {}  BRAM18 {}  URAM {}  CARRY {}", r.lut, r.ff, r.dsp48e2, r.bram, r.uram, r.carry);
+                let p = &r.packing_factor;
+                let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
+                println!("  packing factor (products / cycle / DSP48E2): w4 {}  w4_min {}  w8 {}  fp16 {}", f(p.w4), f(p.w4_min), f(p.w8), f(p.fp16));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn inspect(input: &Path, json: bool) -> Result<()> {

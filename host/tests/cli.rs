@@ -164,3 +164,31 @@ fn compile_and_inspect() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-context must be at least 1"));
 }
+
+/// `opu rtl emit` writes every unit's Verilog; `opu rtl synth --json` reports yosys figures with the keys
+/// scripts rely on, and the packed W4 multiply takes one DSP48E2 for two products.
+#[test]
+fn rtl_emit_and_synth() {
+    let dir = tmp("rtl");
+    let out = opu(&["rtl", "emit", "-o", s(&dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = std::fs::read_to_string(dir.join("opu_dsp_w4x2.v")).unwrap();
+    assert!(v.contains("module opu_dsp_w4x2") && !v.contains("module top"), "{v}");
+    let yosys = Command::new("yosys").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !yosys {
+        assert_ne!(std::env::var("REQUIRE_VERILATOR").as_deref(), Ok("1"), "yosys is missing and REQUIRE_VERILATOR=1");
+        eprintln!("SKIPPED opu rtl synth: yosys not found");
+        return;
+    }
+    let out = opu(&["rtl", "synth", "--unit", "dsp_w4x2", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["lut", "ff", "dsp48e2", "bram", "uram", "packing_factor"] {
+        assert!(r.get(key).is_some(), "missing `{key}` in {r}");
+    }
+    assert_eq!(r["dsp48e2"], 1);
+    assert_eq!(r["packing_factor"]["w4_min"], 2.0);
+    let out = opu(&["rtl", "synth", "--unit", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+}

@@ -3,9 +3,11 @@
 //!
 //! - [`dsp`]: DSP48E2 packed multiplies (w4x2u).
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
+//! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
 
 pub mod dsp;
 pub mod emit;
+pub mod synth;
 
 pub use emit::{emit_verilog, EmitError, UNITS};

@@ -1,0 +1,98 @@
+//! Resource figures from yosys (`opu rtl synth`): `synth_xilinx -family xcup` (UltraScale+, the U280's
+//! family) on a unit's Verilog, then `stat -json`, summed into LUT / FF / DSP48E2 / BRAM / URAM / carry
+//! counts.
+//!
+//! yosys keeps pipeline registers and accumulators out of the DSP48E2 on xcup, so its FF (and some LUT)
+//! counts are upper bounds of what Vivado would report.
+
+use crate::emit::{emit_verilog, top_name, EmitError};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// Products per cycle per DSP48E2 of a unit, by weight mode (absent: the unit has no such mode).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PackingFactor {
+    pub w4: Option<f64>,
+    pub w4_min: Option<f64>,
+    pub w8: Option<f64>,
+    pub fp16: Option<f64>,
+}
+
+/// What yosys mapped a unit to.
+#[derive(Clone, Debug, Serialize)]
+pub struct SynthReport {
+    pub unit: String,
+    pub top: String,
+    pub lut: u64,
+    pub ff: u64,
+    pub dsp48e2: u64,
+    /// RAMB18E2 equivalents (a RAMB36E2 counts 2).
+    pub bram: u64,
+    pub uram: u64,
+    pub carry: u64,
+    pub packing_factor: PackingFactor,
+    /// Every cell type yosys used, with its count.
+    pub cells: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error(transparent)]
+    Emit(#[from] EmitError),
+    #[error("cannot run yosys ({0}): install it (Debian package `yosys`)")]
+    NoYosys(std::io::Error),
+    #[error("yosys failed on `{unit}`: {stderr}")]
+    Yosys { unit: String, stderr: String },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("yosys statistics of `{unit}`: {what}")]
+    Stat { unit: String, what: String },
+}
+
+/// Products per cycle the unit computes, by mode (what its packing is designed to deliver).
+fn products_per_cycle(unit: &str) -> PackingFactor {
+    match unit {
+        "dsp_w4x2" | "dsp_w4x2_p" => PackingFactor { w4_min: Some(2.0), ..Default::default() },
+        _ => PackingFactor::default(),
+    }
+}
+
+/// Synthesizes `unit` in `workdir` (Verilog and JSON are left there for inspection).
+pub fn synthesize(unit: &str, workdir: &Path) -> Result<SynthReport, SynthError> {
+    let verilog = emit_verilog(unit)?;
+    let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
+    std::fs::create_dir_all(workdir)?;
+    let (v, j) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.json")));
+    std::fs::write(&v, verilog)?;
+    let script = format!("read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json", v.display(), j.display());
+    let out = Command::new("yosys").args(["-q", "-p", &script]).output().map_err(SynthError::NoYosys)?;
+    if !out.status.success() {
+        return Err(SynthError::Yosys { unit: unit.into(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
+    }
+    let stat: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j)?)
+        .map_err(|e| SynthError::Stat { unit: unit.into(), what: e.to_string() })?;
+    let by_type = stat["design"]["num_cells_by_type"]
+        .as_object()
+        .ok_or_else(|| SynthError::Stat { unit: unit.into(), what: "no design.num_cells_by_type".into() })?;
+    let cells: BTreeMap<String, u64> = by_type.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect();
+    let sum = |f: &dyn Fn(&str) -> bool| cells.iter().filter(|(k, _)| f(k)).map(|(_, v)| v).sum::<u64>();
+    let dsp48e2 = sum(&|k| k == "DSP48E2");
+    let mut packing_factor = products_per_cycle(unit);
+    for f in [&mut packing_factor.w4, &mut packing_factor.w4_min, &mut packing_factor.w8, &mut packing_factor.fp16] {
+        *f = f.map(|p| if dsp48e2 == 0 { 0.0 } else { p / dsp48e2 as f64 });
+    }
+    Ok(SynthReport {
+        unit: unit.into(),
+        top: top.into(),
+        lut: sum(&|k| k.starts_with("LUT")),
+        ff: sum(&|k| k.starts_with("FD")),
+        dsp48e2,
+        bram: sum(&|k| k == "RAMB18E2") + 2 * sum(&|k| k == "RAMB36E2"),
+        uram: sum(&|k| k == "URAM288"),
+        carry: sum(&|k| k.starts_with("CARRY")),
+        packing_factor,
+        cells,
+    })
+}
