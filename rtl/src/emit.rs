@@ -20,6 +20,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "opu_dsp_w4x2_p",
         "w4x2u packed multiply, raw 48-bit P (the DSP48E2 alone)",
     ),
+    (
+        "dsp_acc_w4x2",
+        "opu_dsp_acc_w4x2",
+        "w4x2u packed multiply-accumulate over a block of 32: one DSP48E2 + side bits + extraction",
+    ),
 ];
 
 /// Why [`emit_verilog`] failed.
@@ -104,6 +109,7 @@ pub fn emit_verilog(unit: &str) -> Result<String, EmitError> {
     let v = match unit {
         "dsp_w4x2" => checked_verilog(&mul_w4x2_top())?,
         "dsp_w4x2_p" => checked_verilog(&packed_mul_w4x2_top())?,
+        "dsp_acc_w4x2" => checked_verilog(&crate::acc::packed_mac_w4x2_top())?,
         _ => unreachable!("UNITS and emit_verilog disagree on {unit}"),
     };
     Ok(rename_top(&v, top))

@@ -6,6 +6,7 @@
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
 
+pub mod acc;
 pub mod dsp;
 pub mod emit;
 pub mod synth;

@@ -54,7 +54,7 @@ pub enum SynthError {
 /// Products per cycle the unit computes, by mode (what its packing is designed to deliver).
 fn products_per_cycle(unit: &str) -> PackingFactor {
     match unit {
-        "dsp_w4x2" | "dsp_w4x2_p" => PackingFactor { w4_min: Some(2.0), ..Default::default() },
+        "dsp_w4x2" | "dsp_w4x2_p" | "dsp_acc_w4x2" => PackingFactor { w4_min: Some(2.0), ..Default::default() },
         _ => PackingFactor::default(),
     }
 }

@@ -1,0 +1,350 @@
+//! The accumulating w4x2u DSP block (`opu_rtl::acc::PackedMacW4x2`): rust-hdl simulation vs the plain integer
+//! row sums and opu_hw's packing model, emitted Verilog, Verilator lint and co-simulation, yosys DSP48E2 count.
+
+mod common;
+
+use common::{have_tool, run_ok, scratch, Rng};
+use opu_hw::numerics::packing::{w4x2u_accumulate, W4X2U_MAX_DEPTH};
+use opu_rtl::acc::{packed_mac_w4x2_top, PackedMacW4x2, BLOCK_COLUMNS};
+use opu_rtl::dsp::{i64_to_signed, signed_to_i64};
+use opu_rtl::emit::{emit_verilog, top_name};
+use rust_hdl::prelude::*;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+const UNIT: &str = "dsp_acc_w4x2";
+
+type Block = Vec<([u8; 2], i16)>;
+
+/// The plain integer row sums `[sum x_j w0_j, sum x_j w1_j]`.
+fn plain_sums(b: &Block) -> [i64; 2] {
+    let mut s = [0i64; 2];
+    for &(w, x) in b {
+        s[0] += i64::from(w[0]) * i64::from(x);
+        s[1] += i64::from(w[1]) * i64::from(x);
+    }
+    s
+}
+
+/// Worst and structured blocks of 32: every weight / activation extreme combination held constant, all zero,
+/// alternating signs and weights, one nonzero column.
+fn extreme_blocks() -> Vec<Block> {
+    let n = BLOCK_COLUMNS;
+    let ws = [0u8, 1, 7, 8, 14, 15];
+    let xs = [i16::MIN, i16::MIN + 1, -1, 0, 1, 4, i16::MAX];
+    let mut v = Vec::new();
+    for &w0 in &ws {
+        for &w1 in &ws {
+            for &x in &xs {
+                v.push(vec![([w0, w1], x); n]);
+            }
+        }
+    }
+    let alt = |f: &dyn Fn(usize) -> ([u8; 2], i16)| (0..n).map(f).collect::<Block>();
+    v.push(alt(&|j| {
+        if j % 2 == 0 {
+            ([15, 15], i16::MIN)
+        } else {
+            ([15, 15], i16::MAX)
+        }
+    }));
+    v.push(alt(&|j| {
+        if j % 2 == 0 {
+            ([15, 0], i16::MIN)
+        } else {
+            ([0, 15], i16::MIN)
+        }
+    }));
+    v.push(alt(&|j| {
+        if j % 2 == 0 {
+            ([0, 15], i16::MAX)
+        } else {
+            ([15, 0], i16::MIN)
+        }
+    }));
+    v.push(alt(&|j| {
+        (
+            [(j % 16) as u8, 15 - (j % 16) as u8],
+            if j % 3 == 0 { i16::MIN } else { i16::MAX },
+        )
+    }));
+    for k in [0, 1, 30, 31] {
+        v.push(alt(&|j| {
+            if j == k {
+                ([15, 15], i16::MIN)
+            } else {
+                ([0, 0], 0)
+            }
+        }));
+        v.push(alt(&|j| {
+            if j == k {
+                ([0, 0], 0)
+            } else {
+                ([15, 15], i16::MIN)
+            }
+        }));
+    }
+    v
+}
+
+/// `n` random blocks: 3 in 4 uniform, 1 in 4 with activations and weights at their extremes.
+fn random_blocks(n: usize, seed: u64) -> Vec<Block> {
+    let mut rng = Rng(seed);
+    (0..n)
+        .map(|_| {
+            let extreme = rng.next().is_multiple_of(4);
+            (0..BLOCK_COLUMNS)
+                .map(|_| {
+                    let r = rng.next();
+                    if extreme {
+                        let w = |b: u64| if b & 1 == 1 { 15u8 } else { 0 };
+                        let x = if r & 4 == 0 { i16::MIN } else { i16::MAX };
+                        ([w(r), w(r >> 1)], x)
+                    } else {
+                        ([(r & 15) as u8, ((r >> 4) & 15) as u8], (r >> 16) as i16)
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn all_blocks(n_random: usize, seed: u64) -> Vec<Block> {
+    let mut v = extreme_blocks();
+    v.extend(random_blocks(n_random, seed));
+    v
+}
+
+#[test]
+fn model_matches_plain_sums() {
+    const { assert!(BLOCK_COLUMNS <= W4X2U_MAX_DEPTH) };
+    for b in all_blocks(2000, 0xacc0_0001) {
+        assert_eq!(w4x2u_accumulate(&b), plain_sums(&b), "{b:?}");
+    }
+}
+
+/// (a) rust-hdl simulation, blocks back to back (`first` on each block's first column, no reset between).
+#[test]
+fn sim_matches_plain_sums() {
+    let blocks = all_blocks(300, 0xacc0_0002);
+    let nb = blocks.len();
+    let got = Arc::new(Mutex::new(Vec::with_capacity(nb)));
+    let (tb_blocks, tb_got) = (blocks.clone(), got.clone());
+    let mut sim = simple_sim!(PackedMacW4x2, clock, 100_000_000, ep, {
+        let mut x = ep.init()?;
+        for b in &tb_blocks {
+            for (j, &(w, a)) in b.iter().enumerate() {
+                x.first.next = j == 0;
+                x.w0.next = u64::from(w[0]).into();
+                x.w1.next = u64::from(w[1]).into();
+                x.x.next = i64_to_signed(i64::from(a));
+                wait_clock_cycle!(ep, clock, x);
+            }
+            tb_got
+                .lock()
+                .unwrap()
+                .push([signed_to_i64(x.s0.val()), signed_to_i64(x.s1.val())]);
+        }
+        ep.done(x)
+    });
+    let cycles = (nb * BLOCK_COLUMNS) as u64;
+    let t = std::time::Instant::now();
+    sim.run(Box::new(packed_mac_w4x2_top()), 10_000 * (cycles + 10))
+        .unwrap();
+    eprintln!(
+        "rust-hdl sim: {nb} blocks, {cycles} cycles in {:?}",
+        t.elapsed()
+    );
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), nb);
+    for (i, (b, g)) in blocks.iter().zip(got.iter()).enumerate() {
+        assert_eq!(*g, plain_sums(b), "block {i}: {b:?}");
+    }
+    // the worst case is in there: all weights 15, x = -32768
+    let worst = vec![([15u8, 15], i16::MIN); BLOCK_COLUMNS];
+    let k = blocks.iter().position(|b| *b == worst).unwrap();
+    assert_eq!(got[k], [-15_728_640, -15_728_640]);
+}
+
+/// (b) the emitted Verilog: stable top name, the accumulate pattern, Verilator lint.
+#[test]
+fn verilog_emits_and_lints() {
+    let top = top_name(UNIT).unwrap();
+    assert_eq!(top, "opu_dsp_acc_w4x2");
+    let v = emit_verilog(UNIT).unwrap();
+    assert!(v.contains(&format!("module {top}(")), "{v}");
+    assert!(!v.contains("module top"), "{v}");
+    assert!(v.contains("p <= p + port_a * port_b;"), "{v}");
+    assert!(v.contains("side <= side + lo;"), "{v}");
+    if !have_tool("verilator", "verilator lint") {
+        return;
+    }
+    let d = scratch("acc-lint");
+    let f = d.join(format!("{top}.v"));
+    std::fs::write(&f, &v).unwrap();
+    run_ok(
+        Command::new("verilator")
+            .args([
+                "--lint-only",
+                "-Wall",
+                "-Wno-DECLFILENAME",
+                "-Wno-UNUSEDSIGNAL",
+                "-Wno-UNUSEDPARAM",
+            ])
+            .args(["-Wno-WIDTH", "--top-module", top])
+            .arg(&f),
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Number of cells of type `kind` in yosys's `stat -json` output (the flattened top).
+fn cells_of(stat: &serde_json::Value, kind: &str) -> u64 {
+    let count = |m: &serde_json::Value| m["num_cells_by_type"][kind].as_u64().unwrap_or(0);
+    if stat["design"].is_object() {
+        count(&stat["design"])
+    } else {
+        stat["modules"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(count)
+            .sum()
+    }
+}
+
+/// (c) yosys synth_xilinx for UltraScale+: exactly one DSP48E2 (the multiply; yosys 0.23 leaves the 48-bit
+/// accumulator adder and register in fabric), no block RAM.
+#[test]
+fn yosys_maps_to_one_dsp48e2() {
+    if !have_tool("yosys", "yosys DSP48E2 count") {
+        return;
+    }
+    let top = top_name(UNIT).unwrap();
+    let d = scratch("acc-yosys");
+    let (f, j) = (d.join(format!("{top}.v")), d.join(format!("{top}.json")));
+    std::fs::write(&f, emit_verilog(UNIT).unwrap()).unwrap();
+    let script = format!(
+        "read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json",
+        f.display(),
+        j.display()
+    );
+    let t = std::time::Instant::now();
+    run_ok(Command::new("yosys").args(["-q", "-p", &script]));
+    let stat: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    eprintln!(
+        "yosys {UNIT}: {:?}, cells {}",
+        t.elapsed(),
+        stat["design"]["num_cells_by_type"]
+    );
+    assert_eq!(cells_of(&stat, "DSP48E2"), 1, "{stat}");
+    for ram in ["RAMB18E2", "RAMB36E2", "URAM288"] {
+        assert_eq!(cells_of(&stat, ram), 0, "{stat}");
+    }
+    // P (48) + side (3) registers at most, wherever yosys puts P.
+    let ffs: u64 = ["FDRE", "FDSE", "FDCE", "FDPE"]
+        .iter()
+        .map(|k| cells_of(&stat, k))
+        .sum();
+    assert!(ffs <= 51, "{ffs} flip-flops: {stat}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// (d) Co-simulation: the emitted Verilog in Verilator, blocks back to back, equals w4x2u_accumulate (and the
+/// plain sums) on the extreme blocks and 100k random blocks of 32.
+#[test]
+fn verilator_cosim_matches_packing_model() {
+    if !have_tool("verilator", "verilator co-simulation") {
+        return;
+    }
+    let top = top_name(UNIT).unwrap();
+    let d = scratch("acc-cosim");
+    std::fs::write(d.join(format!("{top}.v")), emit_verilog(UNIT).unwrap()).unwrap();
+    let blocks = all_blocks(100_000, 0xacc0_0003);
+    let mut vec = String::with_capacity(blocks.len() * BLOCK_COLUMNS * 14);
+    for b in &blocks {
+        let s = w4x2u_accumulate(b);
+        assert_eq!(s, plain_sums(b));
+        for &(w, x) in b {
+            vec.push_str(&format!("{} {} {} ", w[0], w[1], x));
+        }
+        vec.push_str(&format!("{} {}\n", s[0], s[1]));
+    }
+    std::fs::write(d.join("vectors.txt"), vec).unwrap();
+    std::fs::write(
+        d.join("tb.cpp"),
+        COSIM_TB
+            .replace("TOP", top)
+            .replace("NCOLS", &BLOCK_COLUMNS.to_string()),
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    run_ok(
+        Command::new("verilator")
+            .current_dir(&d)
+            .args([
+                "--cc",
+                "--exe",
+                "--build",
+                "-j",
+                "2",
+                "-Wno-WIDTH",
+                "--top-module",
+                top,
+            ])
+            .arg(format!("{top}.v"))
+            .arg("tb.cpp"),
+    );
+    let build = t.elapsed();
+    let t = std::time::Instant::now();
+    let out = run_ok(
+        Command::new(d.join("obj_dir").join(format!("V{top}")))
+            .env("VECTORS", d.join("vectors.txt")),
+    );
+    eprintln!(
+        "verilator cosim: build {build:?}, run {:?}, {}",
+        t.elapsed(),
+        out.trim()
+    );
+    assert!(
+        out.contains(&format!("checked {} mismatches 0", blocks.len())),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+const COSIM_TB: &str = r#"
+#include "VTOP.h"
+#include "verilated.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+static long sext26(uint32_t v) { return (long)(((int32_t)(v << 6)) >> 6); }
+int main(int argc, char** argv) {
+    Verilated::commandArgs(argc, argv);
+    VTOP* m = new VTOP;
+    FILE* f = fopen(getenv("VECTORS"), "r");
+    if (!f) { printf("no vectors\n"); return 2; }
+    long n = 0, bad = 0;
+    m->clock = 0; m->eval();
+    for (;;) {
+        unsigned w0, w1; int x; long s0, s1; bool ok = true;
+        for (int j = 0; j < NCOLS; j++) {
+            if (fscanf(f, "%u %u %d", &w0, &w1, &x) != 3) { ok = false; break; }
+            m->first = (j == 0); m->w0 = w0; m->w1 = w1; m->x = (uint16_t)x;
+            m->clock = 0; m->eval();
+            m->clock = 1; m->eval();
+        }
+        if (!ok || fscanf(f, "%ld %ld", &s0, &s1) != 2) break;
+        long g0 = sext26(m->s0), g1 = sext26(m->s1);
+        if (g0 != s0 || g1 != s1) {
+            if (bad < 10) printf("mismatch block %ld: got %ld %ld want %ld %ld\n", n, g0, g1, s0, s1);
+            bad++;
+        }
+        n++;
+    }
+    printf("checked %ld mismatches %ld\n", n, bad);
+    m->final(); delete m;
+    return (bad != 0 || n == 0) ? 1 : 0;
+}
+"#;
