@@ -25,6 +25,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "opu_dsp_acc_w4x2",
         "w4x2u packed multiply-accumulate over a block of 32: one DSP48E2 + side bits + extraction",
     ),
+    (
+        "dsp_w4x3",
+        "opu_dsp_w4x3",
+        "w4x3u overpacked multiply (3 x W4 by i12): one DSP48E2 + 5-bit side bits + extraction",
+    ),
 ];
 
 /// Why [`emit_verilog`] failed.
@@ -110,6 +115,7 @@ pub fn emit_verilog(unit: &str) -> Result<String, EmitError> {
         "dsp_w4x2" => checked_verilog(&mul_w4x2_top())?,
         "dsp_w4x2_p" => checked_verilog(&packed_mul_w4x2_top())?,
         "dsp_acc_w4x2" => checked_verilog(&crate::acc::packed_mac_w4x2_top())?,
+        "dsp_w4x3" => checked_verilog(&crate::dsp3::mul_w4x3_top())?,
         _ => unreachable!("UNITS and emit_verilog disagree on {unit}"),
     };
     Ok(rename_top(&v, top))

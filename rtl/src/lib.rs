@@ -2,12 +2,15 @@
 //! model rust-hdl simulates) calls the numerics functions, and its Verilog is tested against them.
 //!
 //! - [`dsp`]: DSP48E2 packed multiplies (w4x2u).
+//! - [`dsp3`]: the overpacked w4x3u multiply: three W4 products per DSP48E2 with 12-bit activations.
+//! - [`acc`]: the accumulating w4x2u multiply (a block of 32 columns in P, with side bits).
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
 
 pub mod acc;
 pub mod dsp;
+pub mod dsp3;
 pub mod emit;
 pub mod synth;
 

@@ -55,6 +55,7 @@ pub enum SynthError {
 fn products_per_cycle(unit: &str) -> PackingFactor {
     match unit {
         "dsp_w4x2" | "dsp_w4x2_p" | "dsp_acc_w4x2" => PackingFactor { w4_min: Some(2.0), ..Default::default() },
+        "dsp_w4x3" => PackingFactor { w4_min: Some(3.0), ..Default::default() },
         _ => PackingFactor::default(),
     }
 }
