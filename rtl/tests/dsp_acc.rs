@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{have_tool, run_ok, scratch, Rng};
+use common::{have_tool, lint, run_ok, scratch, Rng};
 use opu_hw::numerics::packing::{w4x2u_accumulate, W4X2U_MAX_DEPTH};
 use opu_rtl::acc::{packed_mac_w4x2_top, PackedMacW4x2, BLOCK_COLUMNS};
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64};
@@ -176,40 +176,7 @@ fn verilog_emits_and_lints() {
     assert!(!v.contains("module top"), "{v}");
     assert!(v.contains("p <= p + port_a * port_b;"), "{v}");
     assert!(v.contains("side <= side + lo;"), "{v}");
-    if !have_tool("verilator", "verilator lint") {
-        return;
-    }
-    let d = scratch("acc-lint");
-    let f = d.join(format!("{top}.v"));
-    std::fs::write(&f, &v).unwrap();
-    run_ok(
-        Command::new("verilator")
-            .args([
-                "--lint-only",
-                "-Wall",
-                "-Wno-DECLFILENAME",
-                "-Wno-UNUSEDSIGNAL",
-                "-Wno-UNUSEDPARAM",
-            ])
-            .args(["-Wno-WIDTH", "--top-module", top])
-            .arg(&f),
-    );
-    let _ = std::fs::remove_dir_all(&d);
-}
-
-/// Number of cells of type `kind` in yosys's `stat -json` output (the flattened top).
-fn cells_of(stat: &serde_json::Value, kind: &str) -> u64 {
-    let count = |m: &serde_json::Value| m["num_cells_by_type"][kind].as_u64().unwrap_or(0);
-    if stat["design"].is_object() {
-        count(&stat["design"])
-    } else {
-        stat["modules"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(count)
-            .sum()
-    }
+    lint(top, &v);
 }
 
 /// (c) yosys synth_xilinx for UltraScale+: exactly one DSP48E2 (the multiply; yosys 0.23 leaves the 48-bit
@@ -219,34 +186,13 @@ fn yosys_maps_to_one_dsp48e2() {
     if !have_tool("yosys", "yosys DSP48E2 count") {
         return;
     }
-    let top = top_name(UNIT).unwrap();
     let d = scratch("acc-yosys");
-    let (f, j) = (d.join(format!("{top}.v")), d.join(format!("{top}.json")));
-    std::fs::write(&f, emit_verilog(UNIT).unwrap()).unwrap();
-    let script = format!(
-        "read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json",
-        f.display(),
-        j.display()
-    );
-    let t = std::time::Instant::now();
-    run_ok(Command::new("yosys").args(["-q", "-p", &script]));
-    let stat: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
-    eprintln!(
-        "yosys {UNIT}: {:?}, cells {}",
-        t.elapsed(),
-        stat["design"]["num_cells_by_type"]
-    );
-    assert_eq!(cells_of(&stat, "DSP48E2"), 1, "{stat}");
-    for ram in ["RAMB18E2", "RAMB36E2", "URAM288"] {
-        assert_eq!(cells_of(&stat, ram), 0, "{stat}");
-    }
+    let r = opu_rtl::synth::synthesize(UNIT, &d).unwrap();
+    eprintln!("yosys {UNIT}: cells {:?}", r.cells);
+    assert_eq!(r.dsp48e2, 1, "{r:?}");
+    assert_eq!((r.bram, r.uram), (0, 0), "{r:?}");
     // P (48) + side (3) registers at most, wherever yosys puts P.
-    let ffs: u64 = ["FDRE", "FDSE", "FDCE", "FDPE"]
-        .iter()
-        .map(|k| cells_of(&stat, k))
-        .sum();
-    assert!(ffs <= 51, "{ffs} flip-flops: {stat}");
+    assert!(r.ff <= 51, "{} flip-flops: {r:?}", r.ff);
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{have_tool, run_ok, scratch, Rng};
+use common::{have_tool, lint, run_ok, scratch, Rng};
 use opu_hw::numerics::packing::w4x2u_products;
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64, MulW4x2};
 use opu_rtl::emit::{emit_verilog, mul_w4x2_top, top_name};
@@ -87,70 +87,23 @@ fn verilog_emits_and_lints() {
         assert!(!v.contains("module top"), "{v}");
         assert!(v.contains("p <= port_a * port_b;"), "{v}");
         assert!(v.contains("assign port_a = {1'b0, w1, 18'b0, w0};"), "{v}");
-        if !have_tool("verilator", "verilator lint") {
-            continue;
-        }
-        let d = scratch(&format!("lint-{unit}"));
-        let f = d.join(format!("{top}.v"));
-        std::fs::write(&f, &v).unwrap();
-        run_ok(
-            Command::new("verilator")
-                .args([
-                    "--lint-only",
-                    "-Wall",
-                    "-Wno-DECLFILENAME",
-                    "-Wno-UNUSEDSIGNAL",
-                    "-Wno-UNUSEDPARAM",
-                ])
-                .args(["-Wno-WIDTH", "--top-module", top])
-                .arg(&f),
-        );
-        let _ = std::fs::remove_dir_all(&d);
+        lint(top, &v);
     }
     assert!(emit_verilog("nope").is_err());
 }
 
-/// Number of cells of type `kind` in yosys's `stat -json` output (the flattened top).
-fn cells_of(stat: &serde_json::Value, kind: &str) -> u64 {
-    let count = |m: &serde_json::Value| m["num_cells_by_type"][kind].as_u64().unwrap_or(0);
-    if stat["design"].is_object() {
-        count(&stat["design"])
-    } else {
-        stat["modules"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(count)
-            .sum()
-    }
-}
-
-/// (c) yosys synth_xilinx for UltraScale+ maps each unit to exactly one DSP48E2.
+/// (c) yosys synth_xilinx for UltraScale+ maps each unit to exactly one DSP48E2, two W4 products per DSP.
 #[test]
 fn yosys_maps_to_one_dsp48e2() {
     if !have_tool("yosys", "yosys DSP48E2 count") {
         return;
     }
     for unit in ["dsp_w4x2", "dsp_w4x2_p"] {
-        let top = top_name(unit).unwrap();
         let d = scratch(&format!("yosys-{unit}"));
-        let (f, j) = (d.join(format!("{top}.v")), d.join(format!("{top}.json")));
-        std::fs::write(&f, emit_verilog(unit).unwrap()).unwrap();
-        let script = format!(
-            "read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json",
-            f.display(),
-            j.display()
-        );
-        let t = std::time::Instant::now();
-        run_ok(Command::new("yosys").args(["-q", "-p", &script]));
-        let stat: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
-        eprintln!(
-            "yosys {unit}: {:?}, cells {}",
-            t.elapsed(),
-            stat["design"]["num_cells_by_type"]
-        );
-        assert_eq!(cells_of(&stat, "DSP48E2"), 1, "{unit}: {stat}");
+        let r = opu_rtl::synth::synthesize(unit, &d).unwrap();
+        eprintln!("yosys {unit}: cells {:?}", r.cells);
+        assert_eq!(r.dsp48e2, 1, "{unit}: {r:?}");
+        assert_eq!(r.packing_factor.w4_min, Some(2.0), "{unit}");
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{have_tool, run_ok, scratch, Rng};
+use common::{have_tool, lint, run_ok, scratch, Rng};
 use opu_hw::numerics::packing::{lut_mul_lo, unpack_fields, w4x3u_products, W4X3_STRIDE, W4X3_T};
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64};
 use opu_rtl::dsp3::{mul_w4x3_top, MulW4x3};
@@ -121,25 +121,7 @@ fn verilog_emits_and_lints() {
         v.contains("assign port_a = {1'b0, w2, 7'b0, w1, 7'b0, w0};"),
         "{v}"
     );
-    if !have_tool("verilator", "verilator lint") {
-        return;
-    }
-    let d = scratch("lint-dsp_w4x3");
-    let f = d.join(format!("{top}.v"));
-    std::fs::write(&f, &v).unwrap();
-    run_ok(
-        Command::new("verilator")
-            .args([
-                "--lint-only",
-                "-Wall",
-                "-Wno-DECLFILENAME",
-                "-Wno-UNUSEDSIGNAL",
-                "-Wno-UNUSEDPARAM",
-            ])
-            .args(["-Wno-WIDTH", "--top-module", top])
-            .arg(&f),
-    );
-    let _ = std::fs::remove_dir_all(&d);
+    lint(top, &v);
 }
 
 /// (c) yosys synth_xilinx for UltraScale+ maps the unit to exactly one DSP48E2 (side multiplies in LUTs).

@@ -47,6 +47,25 @@ pub fn run_ok(cmd: &mut Command) -> String {
     text
 }
 
+/// `verilator --lint-only -Wall` on `verilog` (top module `top`), with the documented suppressions of
+/// rust-hdl's style warnings (DECLFILENAME, UNUSEDSIGNAL, UNUSEDPARAM, WIDTH). Skipped (or a failure under
+/// REQUIRE_VERILATOR=1) when verilator is missing.
+pub fn lint(top: &str, verilog: &str) {
+    if !have_tool("verilator", "verilator lint") {
+        return;
+    }
+    let d = scratch(&format!("lint-{top}"));
+    let f = d.join(format!("{top}.v"));
+    std::fs::write(&f, verilog).unwrap();
+    run_ok(
+        Command::new("verilator")
+            .args(["--lint-only", "-Wall", "-Wno-DECLFILENAME", "-Wno-UNUSEDSIGNAL", "-Wno-UNUSEDPARAM"])
+            .args(["-Wno-WIDTH", "--top-module", top])
+            .arg(&f),
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// xorshift64*: deterministic test inputs without a dependency.
 pub struct Rng(pub u64);
 
