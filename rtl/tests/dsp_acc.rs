@@ -3,13 +3,12 @@
 
 mod common;
 
-use common::{have_tool, lint, run_ok, scratch, Rng};
+use common::{have_tool, lint, scratch, verilator_cosim, Rng};
 use opu_hw::numerics::packing::{w4x2u_accumulate, W4X2U_MAX_DEPTH};
 use opu_rtl::acc::{packed_mac_w4x2_top, PackedMacW4x2, BLOCK_COLUMNS};
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64};
 use opu_rtl::emit::{emit_verilog, top_name};
 use rust_hdl::prelude::*;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 const UNIT: &str = "dsp_acc_w4x2";
@@ -224,34 +223,7 @@ fn verilator_cosim_matches_packing_model() {
             .replace("NCOLS", &BLOCK_COLUMNS.to_string()),
     )
     .unwrap();
-    let t = std::time::Instant::now();
-    run_ok(
-        Command::new("verilator")
-            .current_dir(&d)
-            .args([
-                "--cc",
-                "--exe",
-                "--build",
-                "-j",
-                "2",
-                "-Wno-WIDTH",
-                "--top-module",
-                top,
-            ])
-            .arg(format!("{top}.v"))
-            .arg("tb.cpp"),
-    );
-    let build = t.elapsed();
-    let t = std::time::Instant::now();
-    let out = run_ok(
-        Command::new(d.join("obj_dir").join(format!("V{top}")))
-            .env("VECTORS", d.join("vectors.txt")),
-    );
-    eprintln!(
-        "verilator cosim: build {build:?}, run {:?}, {}",
-        t.elapsed(),
-        out.trim()
-    );
+    let out = verilator_cosim(&d, top, &[]);
     assert!(
         out.contains(&format!("checked {} mismatches 0", blocks.len())),
         "{out}"

@@ -3,12 +3,11 @@
 
 mod common;
 
-use common::{have_tool, lint, run_ok, scratch, Rng};
+use common::{have_tool, lint, scratch, verilator_cosim, Rng};
 use opu_hw::numerics::packing::w4x2u_products;
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64, MulW4x2};
 use opu_rtl::emit::{emit_verilog, mul_w4x2_top, top_name};
 use rust_hdl::prelude::*;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 /// The extremes (weights 0, 1, 14, 15; activations at and near the ends and zero) then `n` random inputs.
@@ -130,29 +129,7 @@ fn verilator_cosim_matches_packing_model() {
     }
     std::fs::write(d.join("vectors.txt"), vec).unwrap();
     std::fs::write(d.join("tb.cpp"), COSIM_TB.replace("TOP", top)).unwrap();
-    let t = std::time::Instant::now();
-    run_ok(
-        Command::new("verilator")
-            .current_dir(&d)
-            .args([
-                "--cc",
-                "--exe",
-                "--build",
-                "-j",
-                "2",
-                "-Wno-WIDTH",
-                "--top-module",
-                top,
-            ])
-            .arg(format!("{top}.v"))
-            .arg("tb.cpp"),
-    );
-    let build = t.elapsed();
-    let out = run_ok(
-        Command::new(d.join("obj_dir").join(format!("V{top}")))
-            .env("VECTORS", d.join("vectors.txt")),
-    );
-    eprintln!("verilator cosim: build {build:?}, {}", out.trim());
+    let out = verilator_cosim(&d, top, &[]);
     assert!(
         out.contains(&format!("checked {} mismatches 0", ins.len())),
         "{out}"

@@ -4,13 +4,12 @@
 
 mod common;
 
-use common::{have_tool, lint, run_ok, scratch, Rng};
+use common::{have_tool, lint, scratch, verilator_cosim, Rng};
 use opu_hw::numerics::packing::{lut_mul_lo, unpack_fields, w4x3u_products, W4X3_STRIDE, W4X3_T};
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64};
 use opu_rtl::dsp3::{mul_w4x3_top, MulW4x3};
 use opu_rtl::emit::{emit_verilog, top_name};
 use rust_hdl::prelude::*;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 const UNIT: &str = "dsp_w4x3";
@@ -160,25 +159,7 @@ fn verilator_cosim_exhaustive() {
     let d = scratch("cosim-dsp_w4x3");
     std::fs::write(d.join(format!("{top}.v")), emit_verilog(UNIT).unwrap()).unwrap();
     std::fs::write(d.join("tb.cpp"), COSIM_TB.replace("TOP", top)).unwrap();
-    let t = std::time::Instant::now();
-    run_ok(
-        Command::new("verilator")
-            .current_dir(&d)
-            .args([
-                "--cc", "--exe", "--build", "-j", "2", "-O3", "-CFLAGS", "-O2",
-            ])
-            .args(["-Wno-WIDTH", "--top-module", top])
-            .arg(format!("{top}.v"))
-            .arg("tb.cpp"),
-    );
-    let build = t.elapsed();
-    let t = std::time::Instant::now();
-    let out = run_ok(&mut Command::new(d.join("obj_dir").join(format!("V{top}"))));
-    eprintln!(
-        "verilator cosim: build {build:?}, run {:?}, {}",
-        t.elapsed(),
-        out.trim()
-    );
+    let out = verilator_cosim(&d, top, &["-O3", "-CFLAGS", "-O2"]);
     assert!(
         out.contains(&format!("checked {} mismatches 0", 1u64 << 24)),
         "{out}"
