@@ -160,7 +160,7 @@ enum Command {
 enum RtlCommand {
     /// Write the Verilog of RTL units (all, or one with --unit) into a folder.
     Emit {
-        /// Overlay config the units are generated for (preset or TOML; the current units do not depend on it).
+        /// Overlay config the units are generated for (preset or TOML): the array's lanes, the aligner's width.
         #[arg(long, default_value = "sim")]
         config: String,
         /// One unit (see `opu rtl units`); default: every unit.
@@ -449,14 +449,14 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
             }
         }
         RtlCommand::Emit { config, unit, output } => {
-            OverlayConfig::from_name_or_path(&config)?;
+            let cfg = OverlayConfig::from_name_or_path(&config)?;
             std::fs::create_dir_all(&output).with_context(|| format!("creating {}", output.display()))?;
             let units: Vec<&str> = match &unit {
                 Some(u) => vec![u.as_str()],
                 None => opu_rtl::UNITS.iter().map(|u| u.0).collect(),
             };
             for u in units {
-                let verilog = opu_rtl::emit_verilog(u).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let verilog = opu_rtl::emit_verilog_for(u, &cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let top = opu_rtl::emit::top_name(u).expect("emitted units have a top");
                 let path = output.join(format!("{top}.v"));
                 std::fs::write(&path, verilog).with_context(|| format!("writing {}", path.display()))?;
@@ -464,14 +464,14 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
             }
         }
         RtlCommand::Synth { config, unit, json } => {
-            OverlayConfig::from_name_or_path(&config)?;
+            let cfg = OverlayConfig::from_name_or_path(&config)?;
             let dir = std::env::temp_dir().join(format!("opu-synth-{}-{unit}", std::process::id()));
-            let r = opu_rtl::synth::synthesize(&unit, &dir)?;
+            let r = opu_rtl::synth::synthesize_for(&unit, &cfg, &dir)?;
             let _ = std::fs::remove_dir_all(&dir);
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                println!("{} ({}), yosys synth_xilinx -family xcup:", r.unit, r.top);
+                println!("{} ({}) for overlay `{}`, yosys synth_xilinx -family xcup:", r.unit, r.top, r.config);
                 println!("  LUT {}  FF {} (upper bound: yosys keeps registers out of DSPs)  DSP48E2 {}  BRAM18 {}  URAM {}  CARRY {}", r.lut, r.ff, r.dsp48e2, r.bram, r.uram, r.carry);
                 let p = &r.packing_factor;
                 let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));

@@ -165,8 +165,8 @@ fn compile_and_inspect() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-context must be at least 1"));
 }
 
-/// `opu rtl emit` writes every unit's Verilog; `opu rtl synth --json` reports yosys figures with the keys
-/// scripts rely on, and the packed W4 multiply takes one DSP48E2 for two products.
+/// `opu rtl emit --config` writes every unit's Verilog, the array sized by the config; `opu rtl synth --json`
+/// reports yosys figures with the keys scripts rely on: a u280 lane computes two W4 products per DSP48E2.
 #[test]
 fn rtl_emit_and_synth() {
     let dir = tmp("rtl");
@@ -174,20 +174,37 @@ fn rtl_emit_and_synth() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v = std::fs::read_to_string(dir.join("opu_dsp_w4x2.v")).unwrap();
     assert!(v.contains("module opu_dsp_w4x2") && !v.contains("module top"), "{v}");
+    let out = opu(&["rtl", "emit", "--config", "u280", "--unit", "array", "-o", s(&dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = std::fs::read_to_string(dir.join("opu_array.v")).unwrap();
+    assert_eq!(v.matches("opu_lane lane").count(), 128, "u280 has 128 lanes");
+    let toml = dir.join("wide.toml");
+    let mut cfg = opu_hw::OverlayConfig::sim();
+    cfg.dot_width = 64;
+    cfg.save(&toml).unwrap();
+    let out = opu(&["rtl", "emit", "--config", s(&toml), "-o", s(&dir)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dot_width is 64"), "{}", String::from_utf8_lossy(&out.stderr));
     let yosys = Command::new("yosys").arg("-V").output().is_ok_and(|o| o.status.success());
     if !yosys {
         assert_ne!(std::env::var("REQUIRE_VERILATOR").as_deref(), Ok("1"), "yosys is missing and REQUIRE_VERILATOR=1");
         eprintln!("SKIPPED opu rtl synth: yosys not found");
         return;
     }
-    let out = opu(&["rtl", "synth", "--unit", "dsp_w4x2", "--json"]);
+    let out = opu(&["rtl", "synth", "--config", "u280", "--unit", "lane", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in ["lut", "ff", "dsp48e2", "bram", "uram", "packing_factor"] {
         assert!(r.get(key).is_some(), "missing `{key}` in {r}");
     }
-    assert_eq!(r["dsp48e2"], 1);
+    for key in ["w4", "w4_min", "w8", "fp16"] {
+        assert!(r["packing_factor"].get(key).is_some(), "missing packing_factor.{key} in {r}");
+    }
+    assert_eq!(r["config"], "u280");
+    assert_eq!(r["dsp48e2"], 16);
+    assert_eq!(r["packing_factor"]["w4"], 2.0);
     assert_eq!(r["packing_factor"]["w4_min"], 2.0);
+    assert_eq!(r["packing_factor"]["w8"], 1.0);
     let out = opu(&["rtl", "synth", "--unit", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));

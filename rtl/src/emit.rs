@@ -5,6 +5,7 @@
 //! `opu_dsp_w4x2` and its children `opu_dsp_w4x2$mul`.
 
 use crate::dsp::{MulW4x2, PackedMulW4x2};
+use opu_hw::config::OverlayConfig;
 use rust_hdl::prelude::*;
 use std::fmt;
 
@@ -30,6 +31,21 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "opu_dsp_w4x3",
         "w4x3u overpacked multiply (3 x W4 by i12): one DSP48E2 + 5-bit side bits + extraction",
     ),
+    (
+        "align",
+        "opu_align",
+        "block aligner: 32 FP16 -> act_mantissa_bits mantissas on the block exponent, X, non-finite flag, S_a",
+    ),
+    (
+        "lane",
+        "opu_lane",
+        "hybrid PE lane: 2 rows x 16 columns per cycle on 16 DSP48E2 (W4Min/W4 packed w4x2, W8), block epilogue, 96-bit accumulators",
+    ),
+    (
+        "array",
+        "opu_array",
+        "PE array sized by the config: one aligner broadcasting to pe_lanes lanes",
+    ),
 ];
 
 /// Why [`emit_verilog`] failed.
@@ -39,6 +55,8 @@ pub enum EmitError {
     UnknownUnit(String),
     /// rust-hdl's design checks (connectivity, logic loops, written inputs) failed.
     Check(String),
+    /// The unit is not built for this overlay config.
+    Unsupported { unit: String, config: String, what: String },
 }
 
 impl fmt::Display for EmitError {
@@ -49,6 +67,9 @@ impl fmt::Display for EmitError {
                 write!(f, "unknown RTL unit {u:?} (known: {})", names.join(", "))
             }
             EmitError::Check(e) => write!(f, "rust-hdl design check failed: {e}"),
+            EmitError::Unsupported { unit, config, what } => {
+                write!(f, "RTL unit `{unit}` cannot be built for overlay config `{config}`: {what}")
+            }
         }
     }
 }
@@ -105,8 +126,26 @@ fn rename_top(verilog: &str, name: &str) -> String {
     out
 }
 
-/// The Verilog of unit `unit` (see [`UNITS`]), its top module named `opu_<unit>`.
+/// The Verilog of unit `unit` (see [`UNITS`]) for the `sim` preset, its top module named `opu_<unit>`.
 pub fn emit_verilog(unit: &str) -> Result<String, EmitError> {
+    emit_verilog_for(unit, &OverlayConfig::sim())
+}
+
+/// What the lane needs of a config: a dot width of 32 (16 DSPs x 2 packed products) and mantissas that
+/// fit its 16-bit activation bus.
+fn check_lane_config(unit: &str, cfg: &OverlayConfig) -> Result<(), EmitError> {
+    let bad = |what: String| Err(EmitError::Unsupported { unit: unit.into(), config: cfg.name.clone(), what });
+    if cfg.dot_width as usize != 2 * crate::lane::LANE_DSPS {
+        return bad(format!("dot_width is {}; the RTL lane is built for {}", cfg.dot_width, 2 * crate::lane::LANE_DSPS));
+    }
+    if !(8..=16).contains(&cfg.act_mantissa_bits) {
+        return bad(format!("act_mantissa_bits is {}; expected 8..=16", cfg.act_mantissa_bits));
+    }
+    Ok(())
+}
+
+/// The Verilog of unit `unit` (see [`UNITS`]) for overlay `cfg`, its top module named `opu_<unit>`.
+pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitError> {
     let (_, top, _) = UNITS
         .iter()
         .find(|u| u.0 == unit)
@@ -116,6 +155,20 @@ pub fn emit_verilog(unit: &str) -> Result<String, EmitError> {
         "dsp_w4x2_p" => checked_verilog(&packed_mul_w4x2_top())?,
         "dsp_acc_w4x2" => checked_verilog(&crate::acc::packed_mac_w4x2_top())?,
         "dsp_w4x3" => checked_verilog(&crate::dsp3::mul_w4x3_top())?,
+        "align" => {
+            check_lane_config(unit, cfg)?;
+            checked_verilog(&crate::align::aligner_top(cfg.act_mantissa_bits))?
+        }
+        "lane" => {
+            check_lane_config(unit, cfg)?;
+            checked_verilog(&crate::lane::lane_top())?
+        }
+        // Structural: rust-hdl ports have compile-time widths, the array's depend on the config.
+        "array" => {
+            check_lane_config(unit, cfg)?;
+            let (align, lane) = (emit_verilog_for("align", cfg)?, emit_verilog_for("lane", cfg)?);
+            return Ok(format!("{align}\n{lane}\n{}", crate::array::array_verilog(cfg)));
+        }
         _ => unreachable!("UNITS and emit_verilog disagree on {unit}"),
     };
     Ok(rename_top(&v, top))

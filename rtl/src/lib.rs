@@ -4,14 +4,21 @@
 //! - [`dsp`]: DSP48E2 packed multiplies (w4x2u).
 //! - [`dsp3`]: the overpacked w4x3u multiply: three W4 products per DSP48E2 with 12-bit activations.
 //! - [`acc`]: the accumulating w4x2u multiply (a block of 32 columns in P, with side bits).
+//! - [`lane`]: the hybrid PE lane (two rows, 16 DSP48E2, W4Min/W4/W8) with its block epilogue.
+//! - [`align`]: the block aligner (one per array).
+//! - [`array`]: the PE array of a config (structural Verilog: aligner + lanes).
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
 
 pub mod acc;
+pub mod align;
+pub mod array;
 pub mod dsp;
 pub mod dsp3;
 pub mod emit;
+pub mod lane;
 pub mod synth;
+pub mod testing;
 
-pub use emit::{emit_verilog, EmitError, UNITS};
+pub use emit::{emit_verilog, emit_verilog_for, EmitError, UNITS};

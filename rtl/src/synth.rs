@@ -5,7 +5,8 @@
 //! yosys keeps pipeline registers and accumulators out of the DSP48E2 on xcup, so its FF (and some LUT)
 //! counts are upper bounds of what Vivado would report.
 
-use crate::emit::{emit_verilog, top_name, EmitError};
+use crate::emit::{emit_verilog_for, top_name, EmitError};
+use opu_hw::config::OverlayConfig;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,6 +24,8 @@ pub struct PackingFactor {
 /// What yosys mapped a unit to.
 #[derive(Clone, Debug, Serialize)]
 pub struct SynthReport {
+    /// The overlay config the unit was built for.
+    pub config: String,
     pub unit: String,
     pub top: String,
     pub lut: u64,
@@ -52,17 +55,33 @@ pub enum SynthError {
 }
 
 /// Products per cycle the unit computes, by mode (what its packing is designed to deliver).
-fn products_per_cycle(unit: &str) -> PackingFactor {
+fn products_per_cycle(unit: &str, cfg: &OverlayConfig) -> PackingFactor {
     match unit {
         "dsp_w4x2" | "dsp_w4x2_p" | "dsp_acc_w4x2" => PackingFactor { w4_min: Some(2.0), ..Default::default() },
         "dsp_w4x3" => PackingFactor { w4_min: Some(3.0), ..Default::default() },
+        // per cycle: 32 W4 products (2 rows x 16 columns) or 16 W8 products
+        "lane" => {
+            let w4 = (crate::lane::PACKING_W4 * crate::lane::LANE_DSPS) as f64;
+            let w8 = (crate::lane::PACKING_W8 * crate::lane::LANE_DSPS) as f64;
+            PackingFactor { w4: Some(w4), w4_min: Some(w4), w8: Some(w8), fp16: None }
+        }
+        "array" => {
+            let lanes = products_per_cycle("lane", cfg);
+            let n = f64::from(cfg.pe_lanes);
+            PackingFactor { w4: lanes.w4.map(|p| p * n), w4_min: lanes.w4_min.map(|p| p * n), w8: lanes.w8.map(|p| p * n), fp16: None }
+        }
         _ => PackingFactor::default(),
     }
 }
 
-/// Synthesizes `unit` in `workdir` (Verilog and JSON are left there for inspection).
+/// Synthesizes `unit` of the `sim` preset in `workdir` (Verilog and JSON are left there for inspection).
 pub fn synthesize(unit: &str, workdir: &Path) -> Result<SynthReport, SynthError> {
-    let verilog = emit_verilog(unit)?;
+    synthesize_for(unit, &OverlayConfig::sim(), workdir)
+}
+
+/// Synthesizes `unit` as built for overlay `cfg` in `workdir`.
+pub fn synthesize_for(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<SynthReport, SynthError> {
+    let verilog = emit_verilog_for(unit, cfg)?;
     let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
     std::fs::create_dir_all(workdir)?;
     let (v, j) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.json")));
@@ -80,11 +99,12 @@ pub fn synthesize(unit: &str, workdir: &Path) -> Result<SynthReport, SynthError>
     let cells: BTreeMap<String, u64> = by_type.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect();
     let sum = |f: &dyn Fn(&str) -> bool| cells.iter().filter(|(k, _)| f(k)).map(|(_, v)| v).sum::<u64>();
     let dsp48e2 = sum(&|k| k == "DSP48E2");
-    let mut packing_factor = products_per_cycle(unit);
+    let mut packing_factor = products_per_cycle(unit, cfg);
     for f in [&mut packing_factor.w4, &mut packing_factor.w4_min, &mut packing_factor.w8, &mut packing_factor.fp16] {
         *f = f.map(|p| if dsp48e2 == 0 { 0.0 } else { p / dsp48e2 as f64 });
     }
     Ok(SynthReport {
+        config: cfg.name.clone(),
         unit: unit.into(),
         top: top.into(),
         lut: sum(&|k| k.starts_with("LUT")),

@@ -1,0 +1,92 @@
+//! Simulation speed of the Verilator models of `opu_sim::rtl`: each built unit ticks for about a second with
+//! fresh random values on every input port each cycle (through the [`RtlModel`] interface, so a unit added
+//! to sim/build.rs's list is benchmarked without touching this file).
+//!
+//! The last column ticks a quarter of that time with the inputs held: the model alone, without the cost of
+//! driving its ports.
+//!
+//! `cargo run -p opu-sim --release --example rtl_bench [-- SECONDS_PER_UNIT [UNIT...]]`
+
+use std::time::{Duration, Instant};
+
+use opu_sim::rtl::{self, RtlModel};
+
+/// xorshift64*: the inputs (no dependency needed for a bench).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// Ticks `m` for about `budget`, with random inputs each cycle if `drive`, else with the inputs left as
+/// they are (the model alone, without the cost of driving ports); returns (cycles, wall time).
+fn bench(m: &mut dyn RtlModel, budget: Duration, drive: bool) -> (u64, Duration) {
+    let inputs: Vec<(usize, usize)> = m
+        .ports()
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| drive && p.is_input() && p.name != "clock")
+        .map(|(i, p)| (i, p.words()))
+        .collect();
+    let mut rng = Rng(0x7e57_be4c_0001);
+    let mut words = vec![0u32; inputs.iter().map(|i| i.1).max().unwrap_or(0)];
+    // The model's state is whatever the first inputs make it: settle, then measure.
+    m.eval();
+    let start = Instant::now();
+    let mut cycles = 0u64;
+    loop {
+        for _ in 0..1024 {
+            for &(port, n) in &inputs {
+                for w in &mut words[..n] {
+                    *w = rng.next() as u32;
+                }
+                m.set_port_words(port, &words[..n]);
+            }
+            m.tick();
+        }
+        cycles += 1024;
+        let t = start.elapsed();
+        if t >= budget {
+            return (cycles, t);
+        }
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let secs: f64 = args
+        .next()
+        .map_or(1.0, |s| s.parse().expect("SECONDS_PER_UNIT"));
+    let only: Vec<String> = args.collect();
+    if !rtl::available() {
+        eprintln!(
+            "opu-sim was built without the Verilator models (no verilator on PATH at build time)"
+        );
+        std::process::exit(1);
+    }
+    println!(
+        "{:<16} {:>5} {:>14} {:>8} {:>12} {:>18}",
+        "unit", "ports", "cycles", "wall s", "cycles/s", "inputs fixed: c/s"
+    );
+    for &unit in rtl::UNITS {
+        if !only.is_empty() && !only.iter().any(|u| u == unit) {
+            continue;
+        }
+        let mut m = rtl::instantiate(unit).expect("a unit of rtl::UNITS");
+        let ports = m.ports().len();
+        let (cycles, t) = bench(m.as_mut(), Duration::from_secs_f64(secs), true);
+        assert_eq!(m.cycles(), cycles);
+        let (fixed, tf) = bench(m.as_mut(), Duration::from_secs_f64(secs / 4.0), false);
+        println!(
+            "{unit:<16} {ports:>5} {cycles:>14} {:>8.3} {:>12.3e} {:>18.3e}",
+            t.as_secs_f64(),
+            cycles as f64 / t.as_secs_f64(),
+            fixed as f64 / tf.as_secs_f64()
+        );
+    }
+}

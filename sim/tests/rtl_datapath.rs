@@ -1,0 +1,266 @@
+//! Verilator co-simulation of the PE datapath against `opu-hw`, bit for bit: the aligner against
+//! `align::align_block`, the lane against `dot::accumulate_block` (10^6+ products in each of W4Min, W4, W8),
+//! the `sim`-preset PE array (aligner + 8 lanes) end to end from FP16 blocks. The stimulus (every activation
+//! kind of docs/rtl.md, extreme weights and scales) and the expected values come from `opu_rtl::testing`.
+
+#[cfg(has_verilator)]
+mod models {
+    use opu_hw::numerics::align::align_block;
+    use opu_hw::numerics::weights::WeightFormat;
+    use opu_hw::numerics::BLOCK;
+    use opu_rtl::align::ALIGN_LATENCY;
+    use opu_rtl::array::ARRAY_LATENCY;
+    use opu_rtl::lane::{LANE_DSPS, LANE_LATENCY};
+    use opu_rtl::testing::{acc_matches, act_block, ActKind, LaneCycle, LaneJob, Rng};
+    use opu_sim::rtl::{Align, Array, Lane};
+
+    const MODES: [WeightFormat; 3] = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
+
+    fn words16(v: &[u16]) -> Vec<u32> {
+        v.chunks(2).map(|p| u32::from(p[0]) | u32::from(p[1]) << 16).collect()
+    }
+
+    fn x_words(x: &[i16; LANE_DSPS]) -> Vec<u32> {
+        words16(&x.map(|v| v as u16))
+    }
+
+    fn w_u128(w: &[u8; LANE_DSPS]) -> u128 {
+        w.iter().rev().fold(0u128, |a, &b| a << 8 | u128::from(b))
+    }
+
+    fn drive_lane(m: &mut Lane, c: &LaneCycle) {
+        m.set_valid(c.valid.into());
+        m.set_mode(c.mode.into());
+        m.set_half(c.half.into());
+        m.set_row(c.row.into());
+        m.set_clear(c.clear.into());
+        m.set_last(c.last.into());
+        m.set_x_words(&x_words(&c.x));
+        m.set_w(w_u128(&c.w));
+        m.set_x_nf(c.x_nf.into());
+        m.set_x_exp(c.x_exp as u8 as u64);
+        m.set_sa(c.sa as u32 as u64);
+        m.set_d0(c.d[0].into());
+        m.set_m0(c.m[0].into());
+        m.set_d1(c.d[1].into());
+        m.set_m1(c.m[1].into());
+    }
+
+    /// Runs `jobs` back to back through the Verilated lane; checks each row's accumulator on its `done`.
+    /// Returns the products the jobs computed.
+    fn check_lane(m: &mut Lane, jobs: &[LaneJob], what: &str) -> usize {
+        let mut expected = [Vec::new(), Vec::new()];
+        let mut cycles = Vec::new();
+        let mut products = 0;
+        for j in jobs {
+            let e = j.expected();
+            expected[0].push(e[0]);
+            expected[1].push(e[1]);
+            cycles.extend(j.cycles());
+            products += 2 * BLOCK * j.x.len();
+        }
+        let mut seen = [0usize, 0usize];
+        let idle = LaneCycle::default();
+        for c in cycles.iter().chain(std::iter::repeat_n(&idle, LANE_LATENCY + 1)) {
+            drive_lane(m, c);
+            m.tick();
+            for r in 0..2 {
+                let (done, acc, nf) =
+                    if r == 0 { (m.done0(), m.acc0_i128(), m.nf0()) } else { (m.done1(), m.acc1_i128(), m.nf1()) };
+                if done == 1 {
+                    let k = seen[r];
+                    assert!(k < jobs.len(), "{what}: extra done{r}");
+                    let want = &expected[r][k];
+                    assert!(
+                        acc_matches(acc, nf == 1, want),
+                        "{what}: job {k} row {r}: RTL acc {acc} nf {nf}, opu-hw {want:?}\njob: {:?}",
+                        jobs[k]
+                    );
+                    seen[r] += 1;
+                }
+            }
+        }
+        assert_eq!(seen, [jobs.len(); 2], "{what}: done pulses");
+        products
+    }
+
+    fn new_lane() -> Lane {
+        let mut m = Lane::new();
+        m.set_reset(1);
+        m.tick();
+        m.set_reset(0);
+        m
+    }
+
+    /// Every activation kind alone, with and without non-finite scales, in every mode; then a million
+    /// products per mode of mixed jobs (1 to 8 blocks, every kind, some non-finite scales).
+    #[test]
+    fn lane_equals_hybrid_dot_product() {
+        let mut m = new_lane();
+        let mut rng = Rng(0x1a4e_c051);
+        for fmt in MODES {
+            let what = format!("lane {fmt:?}");
+            let edge: Vec<LaneJob> = ActKind::ALL
+                .iter()
+                .flat_map(|&k| [false, true].map(|nf| (k, nf)))
+                .map(|(k, nf)| {
+                    let blocks = 1 + rng.below(4) as usize;
+                    LaneJob::random(&mut rng, fmt, blocks, &[k], nf)
+                })
+                .collect();
+            let mut products = check_lane(&mut m, &edge, &what);
+            while products < 1_000_000 {
+                let jobs: Vec<LaneJob> = (0..256)
+                    .map(|_| {
+                        let blocks = 1 + rng.below(8) as usize;
+                        let nf = rng.below(16) == 0;
+                        LaneJob::random(&mut rng, fmt, blocks, &ActKind::ALL, nf)
+                    })
+                    .collect();
+                products += check_lane(&mut m, &jobs, &what);
+            }
+            eprintln!("{what}: {products} products equal to opu-hw");
+        }
+        eprintln!("lane: {} cycles", m.cycles());
+    }
+
+    /// `reset` drops the half-blocks in flight: a job cut off by it leaves no `done`, and the next job is
+    /// exact.
+    #[test]
+    fn lane_reset_drops_work_in_flight() {
+        let mut m = new_lane();
+        let mut rng = Rng(0x1a4e_4e5e);
+        let cut = LaneJob::random(&mut rng, WeightFormat::W4Min, 2, &[ActKind::Typical], false);
+        for c in &cut.cycles() {
+            drive_lane(&mut m, c);
+            m.tick();
+        }
+        m.set_reset(1);
+        m.tick();
+        m.set_reset(0);
+        for _ in 0..LANE_LATENCY + 1 {
+            drive_lane(&mut m, &LaneCycle::default());
+            m.tick();
+            assert_eq!((m.done0(), m.done1()), (0, 0), "done after reset");
+        }
+        let next = LaneJob::random(&mut rng, WeightFormat::W4, 3, &ActKind::ALL, false);
+        check_lane(&mut m, &[next], "after reset");
+    }
+
+    /// The aligner on 10^6 blocks of every kind, at the sim preset's W = 16.
+    #[test]
+    fn aligner_equals_align_block() {
+        let mut m = Align::new();
+        let mut rng = Rng(0xa119_c051);
+        let n = 1_000_000usize;
+        let mut blocks: std::collections::VecDeque<[u16; BLOCK]> = Default::default();
+        for k in 0..n + ALIGN_LATENCY {
+            let b = if k < n { act_block(&mut rng, ActKind::ALL[k % ActKind::ALL.len()]) } else { [0; BLOCK] };
+            m.set_xf_words(&words16(&b));
+            m.tick();
+            blocks.push_back(b);
+            if blocks.len() == ALIGN_LATENCY + 1 {
+                blocks.pop_front();
+            }
+            if k + 1 >= ALIGN_LATENCY && k + 1 - ALIGN_LATENCY < n {
+                let b = blocks[0];
+                let want = align_block(&b, 16);
+                let mw = m.mant_words();
+                let mant: [i32; BLOCK] = std::array::from_fn(|j| i32::from((mw[j / 2] >> (16 * (j % 2))) as u16 as i16));
+                let got = (mant, m.x_exp_i64() as i32, m.x_nf() == 1, m.sa_i64());
+                assert_eq!(got, (want.mant, want.scale_exp, want.nonfinite, want.mant_sum()), "block {b:04x?}");
+            }
+        }
+    }
+
+    /// The sim-preset array: FP16 blocks in, 8 lanes x 2 rows of accumulators out, against
+    /// `accumulate_block(align_block(x))` per row.
+    #[test]
+    fn sim_array_equals_hybrid_dot_product() {
+        let lanes = opu_hw::OverlayConfig::sim().pe_lanes as usize;
+        let mut m = Array::new();
+        m.set_reset(1);
+        m.tick();
+        m.set_reset(0);
+        let mut rng = Rng(0xa77a_c051);
+        let mut products = 0usize;
+        for fmt in MODES {
+            for round in 0..24 {
+                let blocks = 1 + rng.below(6) as usize;
+                let kinds: &[ActKind] = if round < ActKind::ALL.len() { &ActKind::ALL[round..round + 1] } else { &ActKind::ALL };
+                let x_raw: Vec<[u16; BLOCK]> = (0..blocks)
+                    .map(|_| {
+                        let k = kinds[rng.below(kinds.len() as u64) as usize];
+                        act_block(&mut rng, k)
+                    })
+                    .collect();
+                let jobs: Vec<LaneJob> =
+                    (0..lanes).map(|_| LaneJob::with_activations(&mut rng, fmt, x_raw.clone(), round % 5 == 4)).collect();
+                let per_lane: Vec<Vec<LaneCycle>> = jobs.iter().map(|j| j.cycles()).collect();
+                let idle = LaneCycle::default();
+                let mut seen = 0;
+                for t in 0..per_lane[0].len() + ARRAY_LATENCY + 1 {
+                    let c0 = per_lane[0].get(t).unwrap_or(&idle);
+                    m.set_valid(c0.valid.into());
+                    m.set_mode(c0.mode.into());
+                    m.set_half(c0.half.into());
+                    m.set_row(c0.row.into());
+                    m.set_clear(c0.clear.into());
+                    m.set_last(c0.last.into());
+                    let blk = t / if fmt == WeightFormat::W8 { 4 } else { 2 };
+                    m.set_xf_words(&words16(x_raw.get(blk).unwrap_or(&[0; BLOCK])));
+                    let mut w = Vec::new();
+                    let mut dm = Vec::new();
+                    for c in per_lane.iter().map(|p| p.get(t).unwrap_or(&idle)) {
+                        let wl = w_u128(&c.w);
+                        w.extend((0..4).map(|k| (wl >> (32 * k)) as u32));
+                        // {d0, m0, d1, m1}: m1 in the low 16 bits
+                        dm.push(u32::from(c.m[1]) | u32::from(c.d[1]) << 16);
+                        dm.push(u32::from(c.m[0]) | u32::from(c.d[0]) << 16);
+                    }
+                    m.set_w_words(&w);
+                    m.set_dm_words(&dm);
+                    m.tick();
+                    let done = m.done();
+                    if done != 0 {
+                        let acc = m.acc_words();
+                        let nf = m.nf();
+                        for (l, job) in jobs.iter().enumerate() {
+                            let want = job.expected();
+                            for (r, want) in want.iter().enumerate() {
+                                let bit = 2 * l + r;
+                                if done >> bit & 1 == 0 {
+                                    continue;
+                                }
+                                let base = 3 * bit; // 96 bits = 3 words per row
+                                let v = u128::from(acc[base]) | u128::from(acc[base + 1]) << 32 | u128::from(acc[base + 2]) << 64;
+                                let v = ((v << 32) as i128) >> 32;
+                                assert!(
+                                    acc_matches(v, nf >> bit & 1 == 1, want),
+                                    "array {fmt:?} round {round} lane {l} row {r}: RTL {v} nf {}, opu-hw {:?}",
+                                    nf >> bit & 1,
+                                    want
+                                );
+                                seen += 1;
+                            }
+                        }
+                    }
+                }
+                assert_eq!(seen, 2 * lanes, "array {fmt:?} round {round}: done pulses");
+                products += 2 * lanes * BLOCK * blocks;
+            }
+        }
+        eprintln!("array: {products} products in {} cycles equal to opu-hw", m.cycles());
+    }
+}
+
+#[cfg(not(has_verilator))]
+#[test]
+fn models_are_built() {
+    assert_ne!(
+        std::env::var("REQUIRE_VERILATOR").as_deref(),
+        Ok("1"),
+        "opu-sim was built without Verilator models but REQUIRE_VERILATOR=1"
+    );
+    eprintln!("SKIPPED the Verilator co-simulation of the PE datapath: opu-sim was built without verilator");
+}
