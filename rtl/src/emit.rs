@@ -42,6 +42,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "hybrid PE lane: 2 rows x 16 columns per cycle on 16 DSP48E2 (W4Min/W4 packed w4x2, W8), block epilogue, 96-bit accumulators",
     ),
     (
+        "router",
+        "opu_router",
+        "router unit: FP16 x FP16 dot of x with the execute and skip rows (16 DSP48E2), biases, FP32 rounding, decision",
+    ),
+    (
         "array",
         "opu_array",
         "PE array sized by the config: one aligner broadcasting to pe_lanes lanes",
@@ -163,6 +168,7 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
             check_lane_config(unit, cfg)?;
             checked_verilog(&crate::lane::lane_top())?
         }
+        "router" => checked_verilog(&crate::router::router_top())?,
         // Structural: rust-hdl ports have compile-time widths, the array's depend on the config.
         "array" => {
             check_lane_config(unit, cfg)?;

@@ -7,6 +7,7 @@
 //! - [`lane`]: the hybrid PE lane (two rows, 16 DSP48E2, W4Min/W4/W8) with its block epilogue.
 //! - [`align`]: the block aligner (one per array).
 //! - [`array`]: the PE array of a config (structural Verilog: aligner + lanes).
+//! - [`router`]: the router unit (FP16 x FP16 dot products, biases, FP32 rounding, the skip decision).
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
@@ -18,6 +19,7 @@ pub mod dsp;
 pub mod dsp3;
 pub mod emit;
 pub mod lane;
+pub mod router;
 pub mod synth;
 pub mod testing;
 

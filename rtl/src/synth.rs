@@ -65,6 +65,7 @@ fn products_per_cycle(unit: &str, cfg: &OverlayConfig) -> PackingFactor {
             let w8 = (crate::lane::PACKING_W8 * crate::lane::LANE_DSPS) as f64;
             PackingFactor { w4: Some(w4), w4_min: Some(w4), w8: Some(w8), fp16: None }
         }
+        "router" => PackingFactor { fp16: Some(crate::router::ROUTER_DSPS as f64), ..Default::default() },
         "array" => {
             let lanes = products_per_cycle("lane", cfg);
             let n = f64::from(cfg.pe_lanes);

@@ -57,6 +57,16 @@ pub enum ActKind {
 }
 
 impl ActKind {
+    /// The kinds that hold only finite values.
+    pub const FINITE: [ActKind; 7] = [
+        ActKind::Typical,
+        ActKind::EqualExponents,
+        ActKind::Spread,
+        ActKind::Outlier,
+        ActKind::Zero,
+        ActKind::Largest,
+        ActKind::Subnormal,
+    ];
     pub const ALL: [ActKind; 9] = [
         ActKind::Typical,
         ActKind::EqualExponents,
@@ -248,4 +258,66 @@ pub fn acc_matches(fixed: i128, nonfinite: bool, expected: &WideAcc) -> bool {
     }
     let wrap = |v: i128| (v << (128 - ACC_BITS)) >> (128 - ACC_BITS);
     wrap(fixed) == wrap(expected.fixed) && expected.fixed == wrap(expected.fixed)
+}
+
+/// One beat of [`crate::router::Router`] input.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouterBeat {
+    pub valid: bool,
+    pub first: bool,
+    pub last: bool,
+    pub x: [u16; crate::router::ROUTER_COLS],
+    pub w: [[u16; crate::router::ROUTER_COLS]; 2],
+    pub b: [u16; 2],
+}
+
+/// A router decision (or two attention scores sharing a query): `x`, the two rows, the biases.
+#[derive(Clone, Debug)]
+pub struct RouterJob {
+    pub x: Vec<u16>,
+    pub w: [Vec<u16>; 2],
+    pub b: [u16; 2],
+}
+
+impl RouterJob {
+    /// `cols` columns of activation kinds drawn from `kinds` (x and both rows), biases from [`scale_f16`].
+    pub fn random(rng: &mut Rng, cols: usize, kinds: &[ActKind], nonfinite_bias: bool) -> Self {
+        let vec = |rng: &mut Rng| -> Vec<u16> {
+            let mut v = Vec::with_capacity(cols + BLOCK);
+            while v.len() < cols {
+                let kind = kinds[rng.below(kinds.len() as u64) as usize];
+                v.extend_from_slice(&act_block(rng, kind));
+            }
+            v.truncate(cols);
+            v
+        };
+        let x = vec(rng);
+        let w = [vec(rng), vec(rng)];
+        let b = [scale_f16(rng, nonfinite_bias), scale_f16(rng, nonfinite_bias)];
+        RouterJob { x, w, b }
+    }
+
+    /// What the router must output: (l_execute, l_skip, skip) per `router::route`.
+    pub fn expected(&self) -> (f32, f32, bool) {
+        crate::router::route(&self.x, &self.w[0], &self.w[1], self.b)
+    }
+
+    /// The beats: 8 columns each, the last zero-padded, biases with the last.
+    pub fn beats(&self) -> Vec<RouterBeat> {
+        let n = crate::router::ROUTER_COLS;
+        let beats = self.x.len().div_ceil(n).max(1);
+        (0..beats)
+            .map(|k| {
+                let col = |v: &[u16], j: usize| v.get(k * n + j).copied().unwrap_or(0);
+                RouterBeat {
+                    valid: true,
+                    first: k == 0,
+                    last: k + 1 == beats,
+                    x: std::array::from_fn(|j| col(&self.x, j)),
+                    w: [std::array::from_fn(|j| col(&self.w[0], j)), std::array::from_fn(|j| col(&self.w[1], j))],
+                    b: self.b,
+                }
+            })
+            .collect()
+    }
 }

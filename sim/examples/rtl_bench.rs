@@ -5,7 +5,13 @@
 //! The last column ticks a quarter of that time with the inputs held: the model alone, without the cost of
 //! driving its ports.
 //!
-//! `cargo run -p opu-sim --release --example rtl_bench [-- SECONDS_PER_UNIT [UNIT...]]`
+//! For the PE array (`array`, the `sim` preset) it also prints the MACs per second that simulates: cycles/s
+//! times the preset's MACs per cycle in W4 modes.
+//!
+//! With `--synth` it then runs yosys (`synth_xilinx -family xcup`) on the `sim`-preset array, aligner and router and
+//! on one `u280` lane and prints their resources and packing factors (the array takes minutes).
+//!
+//! `cargo run -p opu-sim --release --example rtl_bench [-- [--synth] SECONDS_PER_UNIT [UNIT...]]`
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +64,8 @@ fn bench(m: &mut dyn RtlModel, budget: Duration, drive: bool) -> (u64, Duration)
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let synth = std::env::args().any(|a| a == "--synth");
+    let mut args = std::env::args().skip(1).filter(|a| a != "--synth");
     let secs: f64 = args
         .next()
         .map_or(1.0, |s| s.parse().expect("SECONDS_PER_UNIT"));
@@ -88,5 +95,48 @@ fn main() {
             cycles as f64 / t.as_secs_f64(),
             fixed as f64 / tf.as_secs_f64()
         );
+        if unit == "array" {
+            let macs = opu_hw::OverlayConfig::sim().macs_per_cycle() as f64;
+            println!("{:<16} simulated W4 MACs/s: {:.3e} ({macs} per cycle)", "", macs * cycles as f64 / t.as_secs_f64());
+        }
+    }
+    if synth {
+        synth_table();
+    }
+}
+
+/// yosys figures of the `sim` preset's array and aligner and of one `u280` lane.
+fn synth_table() {
+    use opu_hw::OverlayConfig;
+    println!();
+    println!("yosys synth_xilinx -family xcup (FF and LUT are upper bounds: yosys keeps registers out of DSP48E2)");
+    println!(
+        "{:<8} {:<6} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7}  {:<24} {:>8}",
+        "config", "unit", "LUT", "FF", "DSP48E2", "BRAM", "URAM", "CARRY", "packing w4/w4_min/w8/fp16", "yosys s"
+    );
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
+    for (cfg, unit) in [(OverlayConfig::u280(), "lane"), (OverlayConfig::sim(), "align"), (OverlayConfig::sim(), "router"), (OverlayConfig::sim(), "array")] {
+        let dir = std::env::temp_dir().join(format!("opu-rtl-bench-{}-{}-{unit}", std::process::id(), cfg.name));
+        let t = Instant::now();
+        match opu_rtl::synth::synthesize_for(unit, &cfg, &dir) {
+            Ok(r) => {
+                let p = &r.packing_factor;
+                println!(
+                    "{:<8} {:<6} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7}  {:<24} {:>8.1}",
+                    cfg.name,
+                    unit,
+                    r.lut,
+                    r.ff,
+                    r.dsp48e2,
+                    r.bram,
+                    r.uram,
+                    r.carry,
+                    format!("{}/{}/{}/{}", f(p.w4), f(p.w4_min), f(p.w8), f(p.fp16)),
+                    t.elapsed().as_secs_f64()
+                );
+            }
+            Err(e) => println!("{:<8} {unit:<6} failed: {e}", cfg.name),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -12,12 +12,19 @@ mod models {
     use opu_rtl::array::ARRAY_LATENCY;
     use opu_rtl::lane::{LANE_DSPS, LANE_LATENCY};
     use opu_rtl::testing::{acc_matches, act_block, ActKind, LaneCycle, LaneJob, Rng};
-    use opu_sim::rtl::{Align, Array, Lane};
+    use opu_rtl::router::ROUTER_LATENCY;
+    use opu_rtl::testing::{RouterBeat, RouterJob};
+    use opu_sim::rtl::{Align, Array, Lane, Router};
 
     const MODES: [WeightFormat; 3] = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
 
     fn words16(v: &[u16]) -> Vec<u32> {
         v.chunks(2).map(|p| u32::from(p[0]) | u32::from(p[1]) << 16).collect()
+    }
+
+    /// Eight FP16 values as a 128-bit port (value `j` at bits `16j..`).
+    fn u128_of(v: &[u16; 8]) -> u128 {
+        v.iter().rev().fold(0u128, |a, &h| a << 16 | u128::from(h))
     }
 
     fn x_words(x: &[i16; LANE_DSPS]) -> Vec<u32> {
@@ -251,6 +258,62 @@ mod models {
             }
         }
         eprintln!("array: {products} products in {} cycles equal to opu-hw", m.cycles());
+    }
+
+    /// The router: 10^6+ FP16 products (vectors of 1 to 600 columns, every activation kind, some non-finite
+    /// biases) against `router::route` (dot_f16 + bias, rounded to FP32, the decision), bit for bit.
+    #[test]
+    fn router_equals_route() {
+        let mut m = Router::new();
+        m.set_reset(1);
+        m.tick();
+        m.set_reset(0);
+        let mut rng = Rng(0x4017_c051);
+        let mut products = 0usize;
+        let mut skips = 0usize;
+        let mut decisions = 0usize;
+        let mut jobs: Vec<RouterJob> = ActKind::ALL.iter().map(|&k| RouterJob::random(&mut rng, 64, &[k], false)).collect();
+        while products < 1_000_000 {
+            let batch: Vec<RouterJob> = (0..64)
+                .map(|_| {
+                    let cols = 1 + rng.below(600) as usize;
+                    // half the vectors finite, so that both decisions are exercised
+                    let finite = rng.below(2) == 0;
+                    let kinds: &[ActKind] = if finite { &ActKind::FINITE } else { &ActKind::ALL };
+                    let nf_bias = !finite && rng.below(8) == 0;
+                    RouterJob::random(&mut rng, cols, kinds, nf_bias)
+                })
+                .collect();
+            jobs.extend(batch);
+            let beats: Vec<RouterBeat> = jobs.iter().flat_map(|j| j.beats()).collect();
+            let mut k = 0;
+            let idle = RouterBeat::default();
+            for b in beats.iter().chain(std::iter::repeat_n(&idle, ROUTER_LATENCY + 1)) {
+                m.set_valid(b.valid.into());
+                m.set_first(b.first.into());
+                m.set_last(b.last.into());
+                m.set_x(u128_of(&b.x));
+                m.set_w0(u128_of(&b.w[0]));
+                m.set_w1(u128_of(&b.w[1]));
+                m.set_b0(b.b[0].into());
+                m.set_b1(b.b[1].into());
+                m.tick();
+                if m.done() == 1 {
+                    let j = &jobs[k];
+                    let (l0, l1, skip) = j.expected();
+                    let got = (m.l0() as u32, m.l1() as u32, m.skip() == 1);
+                    assert_eq!(got, (l0.to_bits(), l1.to_bits(), skip), "router job {k}: {j:?}");
+                    skips += usize::from(skip);
+                    products += 2 * j.x.len();
+                    k += 1;
+                }
+            }
+            assert_eq!(k, jobs.len(), "router: done pulses");
+            decisions += jobs.len();
+            jobs.clear();
+        }
+        assert!(skips * 5 > decisions, "router: only {skips} skips in {decisions} decisions");
+        eprintln!("router: {products} products equal to opu-hw ({skips} skips in {decisions}), {} cycles", m.cycles());
     }
 }
 

@@ -1,0 +1,369 @@
+//! The router unit: SkipGPT's per-token router (`route`, docs/isa.md) as an FP16 x FP16 dot-product datapath.
+//!
+//! For the FP16 vector `x` and the two FP16 weight rows (execute, skip) it computes
+//! `l_k = (dot_f16(x, w_k) + b_k).to_f32()` exactly as [`dot::accumulate_f16_product`],
+//! [`WideAcc::add_f16`] and [`WideAcc::to_f32`] define it, and `skip = l_skip > l_execute` (NaN: execute).
+//! The same datapath computes attention scores (`dot_f16(q, k)`, two keys sharing `q`).
+//!
+//! Per cycle ("beat") 8 columns of both rows: 16 products, one per DSP48E2 (11 x 11-bit significands; the
+//! exponent sum rides beside). Every product is exact; each is floored onto the accumulator's 2^-32 grid on
+//! its own (`floor(p * 2^(ex + ew - 18))`, an arithmetic shift), as the numerics add it.
+//!
+//! Pipeline (register stages): 1 inputs; 2 products (DSP), exponent sums, signs, non-finite flags; 3 each
+//! product on the grid; 4 tree 4 -> 1 (two per row); 5 row sums of the beat; 6 the 96-bit accumulators
+//! (`first` restarts them); 7 the biases added (on a vector's `last` beat); 8 normalization (leading-one
+//! position, shift); 9 FP32 rounding (nearest, ties to even); 10 the comparison, outputs and `done`.
+//! [`ROUTER_LATENCY`] edges from a vector's last beat to `done`.
+
+use crate::lane::{ModelState, ACC_BITS};
+use opu_hw::numerics::acc::WideAcc;
+use opu_hw::numerics::dot;
+use rust_hdl::prelude::*;
+use std::collections::VecDeque;
+
+/// Columns per beat.
+pub const ROUTER_COLS: usize = 8;
+/// DSP48E2 of the unit (one product each).
+pub const ROUTER_DSPS: usize = 2 * ROUTER_COLS;
+/// A beat's FP16 bus: column `j` at bits `16j..16j+16`.
+pub const F16_BUS: usize = ROUTER_COLS * 16;
+/// Stages from the edge that takes a beat to its accumulation (S1..S5), and on to `done` (S7..S10).
+const TO_ACC: usize = 5;
+const ACC_TO_OUT: usize = 4;
+/// A vector whose last beat entered at edge `t` has its logits out after edge `t + ROUTER_LATENCY - 1`.
+pub const ROUTER_LATENCY: usize = TO_ACC + 1 + ACC_TO_OUT;
+
+/// The router's decision from its two logits: skip when `l_skip > l_execute` (false if either is NaN).
+pub fn decide(l_execute: f32, l_skip: f32) -> bool {
+    l_skip > l_execute
+}
+
+/// What the router computes for one vector (the reference the tests compare with).
+pub fn route(x: &[u16], w_execute: &[u16], w_skip: &[u16], b: [u16; 2]) -> (f32, f32, bool) {
+    let logit = |w: &[u16], b: u16| {
+        let mut acc = dot::dot_f16(x, w);
+        acc.add_f16(b);
+        acc.to_f32()
+    };
+    let (l0, l1) = (logit(w_execute, b[0]), logit(w_skip, b[1]));
+    (l0, l1, decide(l0, l1))
+}
+
+/// Packs up to 8 FP16 values (zero-padded) into a beat bus.
+pub fn f16_bus(v: &[u16]) -> Bits<F16_BUS> {
+    assert!(v.len() <= ROUTER_COLS);
+    let mut b = Bits::<F16_BUS>::default();
+    for (j, &h) in v.iter().enumerate() {
+        b.set_bits::<16>(16 * j, Bits::<16>::from(u64::from(h)));
+    }
+    b
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Beat {
+    valid: bool,
+    first: bool,
+    last: bool,
+    delta: [WideAcc; 2],
+    bias: [u16; 2],
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Outcome {
+    valid: bool,
+    l: [u32; 2],
+    skip: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct RouterModel {
+    beats: VecDeque<Beat>,
+    outcomes: VecDeque<Outcome>,
+    acc: [WideAcc; 2],
+    out: Outcome,
+}
+
+/// The router unit. Feed a vector's beats (`valid`; `first` on the first, `last` with the biases `b0`, `b1`
+/// on the last); `done` rises for one cycle with the logits `l0` (execute), `l1` (skip) as FP32 bits and
+/// `skip`, which hold until the next `done`.
+#[derive(Clone, Debug, Default, LogicBlock)]
+pub struct Router {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+    pub valid: Signal<In, Bit>,
+    pub first: Signal<In, Bit>,
+    pub last: Signal<In, Bit>,
+    pub x: Signal<In, Bits<F16_BUS>>,
+    pub w0: Signal<In, Bits<F16_BUS>>,
+    pub w1: Signal<In, Bits<F16_BUS>>,
+    pub b0: Signal<In, Bits<16>>,
+    pub b1: Signal<In, Bits<16>>,
+    pub l0: Signal<Out, Bits<32>>,
+    pub l1: Signal<Out, Bits<32>>,
+    pub skip: Signal<Out, Bit>,
+    pub done: Signal<Out, Bit>,
+    state: ModelState<RouterModel>,
+}
+
+impl Logic for Router {
+    fn update(&mut self) {
+        if !self.clock.pos_edge() {
+            return;
+        }
+        let reset = self.reset.val();
+        let s = &mut self.state.0;
+        if s.beats.is_empty() {
+            s.beats.extend(std::iter::repeat_n(Beat::default(), TO_ACC));
+            s.outcomes.extend(std::iter::repeat_n(Outcome::default(), ACC_TO_OUT));
+        }
+        // S10: the outcome formed at S6 four edges ago.
+        let o = s.outcomes.pop_front().unwrap_or_default();
+        if o.valid {
+            s.out = o;
+        }
+        // S6: the beat taken five edges ago.
+        let b = s.beats.pop_front().unwrap_or_default();
+        let mut next = Outcome::default();
+        if b.valid {
+            for r in 0..2 {
+                let base = if b.first { WideAcc::ZERO } else { s.acc[r] };
+                s.acc[r] = WideAcc { fixed: base.fixed + b.delta[r].fixed, nonfinite: base.nonfinite | b.delta[r].nonfinite };
+            }
+            if b.last {
+                let l = std::array::from_fn(|r| {
+                    let mut a = s.acc[r];
+                    a.add_f16(b.bias[r]);
+                    a.to_f32()
+                });
+                next = Outcome { valid: !reset, l: l.map(f32::to_bits), skip: decide(l[0], l[1]) };
+            }
+        }
+        s.outcomes.push_back(next);
+        // S1: this edge's beat.
+        let get = |v: Bits<F16_BUS>| -> [u16; ROUTER_COLS] { std::array::from_fn(|j| v.get_bits::<16>(16 * j).to_u64() as u16) };
+        let (x, w0, w1) = (get(self.x.val()), get(self.w0.val()), get(self.w1.val()));
+        let delta = [w0, w1].map(|w| {
+            let mut a = WideAcc::ZERO;
+            for (&xj, &wj) in x.iter().zip(&w) {
+                dot::accumulate_f16_product(&mut a, xj, wj);
+            }
+            a
+        });
+        s.beats.push_back(Beat {
+            valid: self.valid.val() && !reset,
+            first: self.first.val(),
+            last: self.last.val(),
+            delta,
+            bias: [self.b0.val().to_u16(), self.b1.val().to_u16()],
+        });
+        if reset {
+            s.beats.iter_mut().for_each(|b| b.valid = false);
+            s.outcomes.iter_mut().for_each(|o| o.valid = false);
+        }
+        self.l0.next = u64::from(s.out.l[0]).into();
+        self.l1.next = u64::from(s.out.l[1]).into();
+        self.skip.next = s.out.skip;
+        self.done.next = o.valid;
+    }
+    fn connect(&mut self) {
+        self.l0.connect();
+        self.l1.connect();
+        self.skip.connect();
+        self.done.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!("{ROUND_F32_VERILOG}{ROUTER_VERILOG}"))
+    }
+}
+
+/// `WideAcc::to_f32` in Verilog: a 96-bit accumulator (2^-32 units) rounded to FP32, nearest, ties to even.
+/// Every nonzero value is a normal FP32 (2^-32 <= |v| < 2^63): no subnormal or overflow path; an exact zero
+/// is +0. Split in two stages: `acc_norm` (leading one to bit 95) and `acc_round`.
+pub const ROUND_F32_VERILOG: &str = "\
+// the magnitude shifted so that its leading one is bit 95, and that one's position (0 for zero)
+function automatic [102:0] acc_norm(input signed [95:0] v);
+   reg [95:0] mag;
+   reg [6:0] msb;
+   integer i;
+   begin
+      mag = v[95] ? -v : v;
+      msb = 7'd0;
+      for (i = 0; i < 96; i = i + 1)
+         if (mag[i]) msb = i[6:0];
+      acc_norm = {msb, mag << (7'd95 - msb)};
+   end
+endfunction
+// sign, leading-one position and normalized magnitude -> FP32 bits
+function automatic [31:0] acc_round(input sign, input [6:0] msb, input [95:0] norm);
+   reg [24:0] m;
+   reg [7:0] e;
+   reg up;
+   begin
+      up = norm[71] && ((|norm[70:0]) || norm[72]);
+      m = {1'b0, norm[95:72]} + {24'd0, up};
+      // value = mag * 2^-32, leading one at 2^(msb - 32): biased exponent msb - 32 + 127
+      e = {1'b0, msb} + 8'd95 + {7'd0, m[24]};
+      if (norm[95] == 1'b0) acc_round = 32'd0;
+      else acc_round = {sign, e, m[24] ? m[23:1] : m[22:0]};
+   end
+endfunction
+";
+
+const ROUTER_VERILOG: &str = "\
+// S1: inputs
+reg [127:0] x1, wa1, wb1;
+reg [15:0] ba1, bb1;
+reg v1, first1, last1;
+// S2..S3 per product (g < 8: row 0, column g; g >= 8: row 1, column g - 8)
+wire [1119:0] grid_all;
+wire [15:0] nf_all;
+genvar g;
+generate for (g = 0; g < 16; g = g + 1) begin : prod
+   wire [15:0] xh;
+   wire [15:0] wh;
+   wire [10:0] sx, sw;
+   wire [5:0] e;
+   reg [21:0] p;
+   reg s;
+   reg [5:0] ee;
+   reg nf2;
+   wire signed [69:0] t;
+   wire signed [6:0] sh;
+   wire [6:0] nsh;
+   reg signed [69:0] g3;
+   assign xh = x1[16*(g % 8) +: 16];
+   assign wh = (g < 8) ? wa1[16*(g % 8) +: 16] : wb1[16*(g % 8) +: 16];
+   assign sx = {xh[14:10] != 5'd0, xh[9:0]};
+   assign sw = {wh[14:10] != 5'd0, wh[9:0]};
+   assign e = ((xh[14:10] == 5'd0) ? 6'd1 : {1'b0, xh[14:10]}) + ((wh[14:10] == 5'd0) ? 6'd1 : {1'b0, wh[14:10]});
+   assign t = s ? -{48'd0, p} : {48'd0, p};
+   assign sh = {1'b0, ee} - 7'sd18;
+   assign nsh = -sh;
+   always @(posedge clock) begin
+      p <= sx * sw;
+      s <= xh[15] ^ wh[15];
+      ee <= e;
+      nf2 <= (xh[14:10] == 5'd31) || (wh[14:10] == 5'd31);
+      g3 <= sh[6] ? (t >>> nsh) : (t <<< sh);
+   end
+   assign grid_all[70*g +: 70] = g3;
+   assign nf_all[g] = nf2;
+end endgenerate
+reg [15:0] ba2, bb2, ba3, bb3, ba4, bb4, ba5, bb5, ba6, bb6;
+reg v2, v3, v4, v5, v6, v7, v8, v9;
+reg first2, first3, first4, first5, last2, last3, last4, last5;
+reg [15:0] nf3;
+reg nfa4, nfb4, nfa5, nfb5;
+reg signed [95:0] sa4_0, sa4_1, sb4_0, sb4_1, sa5, sb5;
+reg signed [95:0] acc_a, acc_b;
+reg nf_a, nf_b;
+// S7..S9
+reg signed [95:0] fa7, fb7;
+reg nfa7, nfb7, nfa8, nfb8;
+reg [102:0] na8, nb8;
+reg signa8, signb8;
+reg [31:0] la9, lb9;
+function automatic signed [95:0] g70(input [69:0] v);
+   g70 = {{26{v[69]}}, v};
+endfunction
+// an FP16 bias on the grid: sig * 2^(exp - 25 + 32), exp >= 1, so a left shift by 8..37
+function automatic signed [95:0] bias_grid(input [15:0] h);
+   reg signed [95:0] sig;
+   reg [5:0] sh;
+   begin
+      sig = {85'd0, h[14:10] != 5'd0, h[9:0]};
+      sh = ((h[14:10] == 5'd0) ? 6'd1 : {1'b0, h[14:10]}) + 6'd7;
+      bias_grid = h[15] ? -(sig <<< sh) : (sig <<< sh);
+   end
+endfunction
+always @(posedge clock) begin
+   x1 <= x;
+   wa1 <= w0;
+   wb1 <= w1;
+   ba1 <= b0;
+   bb1 <= b1;
+   first1 <= first;
+   last1 <= last;
+   ba2 <= ba1; bb2 <= bb1; ba3 <= ba2; bb3 <= bb2; ba4 <= ba3; bb4 <= bb3; ba5 <= ba4; bb5 <= bb4;
+   first2 <= first1; first3 <= first2; first4 <= first3; first5 <= first4;
+   last2 <= last1; last3 <= last2; last4 <= last3; last5 <= last4;
+   nf3 <= nf_all;
+   nfa4 <= |nf3[7:0];
+   nfb4 <= |nf3[15:8];
+   nfa5 <= nfa4;
+   nfb5 <= nfb4;
+   sa4_0 <= g70(grid_all[69:0]) + g70(grid_all[139:70]) + g70(grid_all[209:140]) + g70(grid_all[279:210]);
+   sa4_1 <= g70(grid_all[349:280]) + g70(grid_all[419:350]) + g70(grid_all[489:420]) + g70(grid_all[559:490]);
+   sb4_0 <= g70(grid_all[629:560]) + g70(grid_all[699:630]) + g70(grid_all[769:700]) + g70(grid_all[839:770]);
+   sb4_1 <= g70(grid_all[909:840]) + g70(grid_all[979:910]) + g70(grid_all[1049:980]) + g70(grid_all[1119:1050]);
+   sa5 <= sa4_0 + sa4_1;
+   sb5 <= sb4_0 + sb4_1;
+   // S6
+   if (v5) begin
+      acc_a <= (first5 ? 96'sd0 : acc_a) + sa5;
+      acc_b <= (first5 ? 96'sd0 : acc_b) + sb5;
+      nf_a <= (!first5 && nf_a) || nfa5;
+      nf_b <= (!first5 && nf_b) || nfb5;
+   end
+   ba6 <= ba5;
+   bb6 <= bb5;
+   // S7: the biases
+   fa7 <= acc_a + bias_grid(ba6);
+   fb7 <= acc_b + bias_grid(bb6);
+   nfa7 <= nf_a || (ba6[14:10] == 5'd31);
+   nfb7 <= nf_b || (bb6[14:10] == 5'd31);
+   // S8: normalize
+   na8 <= acc_norm(fa7);
+   nb8 <= acc_norm(fb7);
+   signa8 <= fa7[95];
+   signb8 <= fb7[95];
+   nfa8 <= nfa7;
+   nfb8 <= nfb7;
+   // S9: round
+   la9 <= nfa8 ? 32'h7FC00000 : acc_round(signa8, na8[102:96], na8[95:0]);
+   lb9 <= nfb8 ? 32'h7FC00000 : acc_round(signb8, nb8[102:96], nb8[95:0]);
+   // S10: compare (FP32 order on sign-magnitude; NaN never skips; the datapath never makes -0)
+   if (v9) begin
+      l0 <= la9;
+      l1 <= lb9;
+      skip <= !(la9 == 32'h7FC00000 || lb9 == 32'h7FC00000) &&
+              ((!la9[31] && !lb9[31] && lb9[30:0] > la9[30:0]) ||
+               (la9[31] && !lb9[31] && (|la9[30:0] || |lb9[30:0])) ||
+               (la9[31] && lb9[31] && lb9[30:0] < la9[30:0]));
+   end
+   done <= v9;
+   if (reset) begin
+      v1 <= 1'b0; v2 <= 1'b0; v3 <= 1'b0; v4 <= 1'b0; v5 <= 1'b0; v6 <= 1'b0; v7 <= 1'b0; v8 <= 1'b0; v9 <= 1'b0;
+   end else begin
+      v1 <= valid;
+      v2 <= v1;
+      v3 <= v2;
+      v4 <= v3;
+      v5 <= v4;
+      v6 <= v5 && last5;
+      v7 <= v6;
+      v8 <= v7;
+      v9 <= v8;
+   end
+end
+";
+
+/// [`Router`] ready to simulate or emit.
+pub fn router_top() -> Router {
+    let mut uut = Router::default();
+    uut.clock.connect();
+    uut.reset.connect();
+    uut.valid.connect();
+    uut.first.connect();
+    uut.last.connect();
+    uut.x.connect();
+    uut.w0.connect();
+    uut.w1.connect();
+    uut.b0.connect();
+    uut.b1.connect();
+    uut.connect_all();
+    uut
+}
+
+/// Width of the accumulators (for the docs and tests).
+pub const ROUTER_ACC_BITS: usize = ACC_BITS;
