@@ -20,7 +20,8 @@
 //! separable up to [`packing::W4X2U_MAX_DEPTH`] = 34 columns), the two halves of a block are added, and the
 //! extraction ([`packing::unpack_fields`], stride 22, t = 3) gives both rows' exact sums. The epilogue
 //! multiplies them by the FP16 significands of `d` (and `m`) as shift-and-add in fabric, so every DSP48E2 of
-//! the lane computes products, shifts each term onto the accumulator grid (floor) and adds.
+//! the lane computes products, shifts each term onto the accumulator grid (floor) and adds. One term unit per
+//! row, shared by the d-term and (a cycle later) the m-term: a block takes two cycles anyway.
 //!
 //! - [`LaneProducts`]: the 16 DSPs and the adder tree (4 register stages).
 //! - [`LaneEpilogue`]: half-block sum, extraction, terms, accumulators (4 more register stages).
@@ -54,9 +55,11 @@ pub const ACC_BITS: usize = 96;
 pub const SA_BITS: usize = 21;
 /// Register stages of [`LaneProducts`] (input, P, tree 16->4, tree 4->1).
 pub const PRODUCTS_LATENCY: usize = 4;
-/// Register stages of the epilogue after the products (half sum + extraction, terms, shift, accumulate).
-pub const EPILOGUE_LATENCY: usize = 4;
-/// A block whose last half entered the lane at edge `t` is in the accumulators after edge `t + LANE_LATENCY - 1`.
+/// Register stages of the epilogue after the products (half sum + extraction, terms, shift, accumulate), plus
+/// one because W4Min's m-terms follow the d-terms through the shared term units a cycle later.
+pub const EPILOGUE_LATENCY: usize = 5;
+/// A block whose last half entered the lane at edge `t` is in the accumulators after edge
+/// `t + LANE_LATENCY - 1` (W4Min; one edge earlier for W4 and W8).
 pub const LANE_LATENCY: usize = PRODUCTS_LATENCY + EPILOGUE_LATENCY;
 /// Products per cycle per DSP48E2 of the lane, by weight mode.
 pub const PACKING_W4: usize = 2;
@@ -252,13 +255,15 @@ pub struct HalfBlock {
     pub m: [u16; 2],
 }
 
-/// What the epilogue adds to the rows once a block is complete: per row, whether it takes part, and the
-/// block's terms already floored onto the accumulator grid.
+/// One term per row that the epilogue adds to the accumulators on one edge (the d-terms of a block, or its
+/// m-terms one cycle later): per row, whether it takes part, and the term floored onto the grid.
 #[derive(Clone, Copy, Debug, Default)]
-struct BlockUpdate {
+struct TermUpdate {
     valid: bool,
     upd: [bool; 2],
+    /// The row restarts at zero (the d-terms of a row's first block).
     clear: bool,
+    /// `done` follows (the last term of a row's last block).
     last: bool,
     delta: [WideAcc; 2],
 }
@@ -269,6 +274,8 @@ struct BlockUpdate {
 /// by [`PRODUCTS_LATENCY`] to meet `psum`. On the edge after a block's last half has come out of the tree
 /// (E1) the halves are added and the rows' sums extracted; E2 forms the terms, E3 shifts them onto the grid,
 /// E4 adds them to `acc0`/`acc1` (restarting from zero on `clear`) and raises `done0`/`done1` on `last`.
+/// One term unit (multiplier, shifter) per row: the d-term goes through on the cycle after E1, W4Min's
+/// m-term on the next (a block takes two cycles, so the units keep pace; `half` must alternate 0, 1).
 #[derive(Clone, Debug, Default, LogicBlock)]
 pub struct LaneEpilogue {
     pub clock: Signal<In, Clock>,
@@ -301,14 +308,15 @@ pub struct LaneEpilogue {
 struct EpilogueModel {
     side_band: VecDeque<HalfBlock>,
     hold: (i64, i64),
-    updates: VecDeque<BlockUpdate>,
+    /// `slots[k]` is added on the (k+1)-th edge from now.
+    slots: VecDeque<TermUpdate>,
     acc: [WideAcc; 2],
 }
 
 impl EpilogueModel {
-    /// E1..E3 of a complete block: the rows' exact sums (from the packed total), then the terms
-    /// [`dot::accumulate_block_sums`] adds.
-    fn block_update(&self, hb: &HalfBlock, psum: i64, side: i64) -> BlockUpdate {
+    /// E1 of a complete block: the rows' exact sums (from the packed total), then the terms
+    /// [`dot::accumulate_block_sums`] adds: the d-terms, and for W4Min the m-terms.
+    fn block_terms(&self, hb: &HalfBlock, psum: i64, side: i64) -> (TermUpdate, Option<TermUpdate>) {
         let total = packing::dsp_acc48(self.hold.0, psum);
         let side = (self.hold.1 + side) & 7;
         let mode = mode_of(u64::from(hb.mode));
@@ -328,12 +336,25 @@ impl EpilogueModel {
             Some(_) => [true, true],
             None => [false, false],
         };
-        let mut delta = [WideAcc::ZERO; 2];
-        for r in 0..2 {
-            let m = (mode == Some(WeightFormat::W4Min)).then_some(hb.m[r]);
-            dot::accumulate_block_sums(&mut delta[r], i32::from(hb.x_exp), hb.x_nonfinite, sums[r], sa, hb.d[r], m);
-        }
-        BlockUpdate { valid: hb.valid && hb.half, upd, clear: hb.clear, last: hb.last, delta }
+        let use_m = mode == Some(WeightFormat::W4Min);
+        let (x_exp, x_nf) = (i32::from(hb.x_exp), hb.x_nonfinite);
+        let d_terms = std::array::from_fn(|r| {
+            let mut a = WideAcc::ZERO;
+            dot::accumulate_block_sums(&mut a, x_exp, x_nf, sums[r], sa, hb.d[r], None);
+            a
+        });
+        let valid = hb.valid && hb.half;
+        let d = TermUpdate { valid, upd, clear: hb.clear, last: hb.last && !use_m, delta: d_terms };
+        let m = use_m.then(|| {
+            // The m-term alone: the block's whole contribution less its d-term (exact integers).
+            let delta = std::array::from_fn(|r| {
+                let mut a = WideAcc::ZERO;
+                dot::accumulate_block_sums(&mut a, x_exp, x_nf, sums[r], sa, hb.d[r], Some(hb.m[r]));
+                WideAcc { fixed: a.fixed - d_terms[r].fixed, nonfinite: a.nonfinite }
+            });
+            TermUpdate { valid, upd, clear: false, last: hb.last, delta }
+        });
+        (d, m)
     }
 }
 
@@ -345,11 +366,12 @@ impl Logic for LaneEpilogue {
         let s = &mut self.state.0;
         if s.side_band.is_empty() {
             s.side_band.extend(std::iter::repeat_n(HalfBlock::default(), PRODUCTS_LATENCY));
-            s.updates.extend(std::iter::repeat_n(BlockUpdate::default(), EPILOGUE_LATENCY - 1));
+            s.slots.extend(std::iter::repeat_n(TermUpdate::default(), EPILOGUE_LATENCY));
         }
         let reset = self.reset.val();
-        // E4: the update formed three edges ago (reset clears only the valid bits of the pipeline).
-        let u = s.updates.pop_front().unwrap_or_default();
+        // E4: the terms due now (reset clears only the valid bits of the pipeline).
+        let u = s.slots.pop_front().unwrap_or_default();
+        s.slots.push_back(TermUpdate::default());
         let mut done = [false; 2];
         if u.valid {
             #[allow(clippy::needless_range_loop)] // rows index four arrays
@@ -365,12 +387,17 @@ impl Logic for LaneEpilogue {
         let hb = s.side_band[0];
         let psum = signed_to_i64(self.psum.val());
         let side = self.side.val().to_u64() as i64;
-        let mut next = if hb.half { s.block_update(&hb, psum, side) } else { BlockUpdate::default() };
+        if hb.valid && hb.half && !reset {
+            // E2..E4: the d-terms reach the accumulators three edges from now, the m-terms four.
+            let (d, m) = s.block_terms(&hb, psum, side);
+            s.slots[2] = d;
+            if let Some(m) = m {
+                s.slots[3] = m;
+            }
+        }
         if hb.valid && !hb.half {
             s.hold = (psum, side);
         }
-        next.valid &= !reset;
-        s.updates.push_back(next);
         // The side-band taken at this edge.
         s.side_band.pop_front();
         s.side_band.push_back(HalfBlock {
@@ -390,7 +417,7 @@ impl Logic for LaneEpilogue {
             for hb in s.side_band.iter_mut() {
                 hb.valid = false;
             }
-            for u in s.updates.iter_mut() {
+            for u in s.slots.iter_mut() {
                 u.valid = false;
             }
         }
@@ -439,14 +466,16 @@ function automatic signed [39:0] term(input [15:0] h, input signed [28:0] s);
       term = h[15] ? -t : t;
    end
 endfunction
-// floor(t * 2^sh) on the accumulator grid (arithmetic shifts).
+// floor(t * 2^sh) on the accumulator grid: one left shift by sh + 24, then the low 24 bits dropped (dropping
+// two's-complement bits is the floor). Exact for sh in [-24, 80): the aligner's X in [-28, 9] and a finite
+// FP16 exponent in [1, 30] give sh = e + X + 7 in [-20, 46].
 function automatic signed [95:0] to_grid(input signed [39:0] t, input signed [9:0] sh);
-   reg signed [95:0] tv;
-   reg [9:0] nsh;
+   reg signed [135:0] wide;
+   reg [9:0] off;
    begin
-      tv = {{56{t[39]}}, t};
-      nsh = -sh;
-      to_grid = sh[9] ? (tv >>> nsh) : (tv <<< sh);
+      off = sh + 10'sd24;
+      wide = {{96{t[39]}}, t} <<< off[6:0];
+      to_grid = wide[119:24];
    end
 endfunction
 wire [99:0] sb_in;
@@ -490,10 +519,17 @@ reg e1_v, e1_upd0, e1_upd1, e1_usem, e1_clear, e1_last, e1_xnf;
 reg signed [28:0] e1_s0, e1_s1, e1_sa;
 reg signed [7:0] e1_xexp;
 reg [15:0] e1_d0, e1_m0, e1_d1, e1_m1;
-// E2: terms and shifts.
+// E2: one term per row and cycle: d * S_q on the cycle after E1, m * S_a on the next (W4Min; `p1`).
+reg p1;
+wire [15:0] h0, h1;
+wire signed [28:0] k0, k1;
+assign h0 = p1 ? e1_m0 : e1_d0;
+assign h1 = p1 ? e1_m1 : e1_d1;
+assign k0 = p1 ? e1_sa : e1_s0;
+assign k1 = p1 ? e1_sa : e1_s1;
 reg e2_v, e2_upd0, e2_upd1, e2_clear, e2_last, e2_nf0, e2_nf1;
-reg signed [39:0] e2_td0, e2_tm0, e2_td1, e2_tm1;
-reg signed [9:0] e2_sd0, e2_sm0, e2_sd1, e2_sm1;
+reg signed [39:0] e2_t0, e2_t1;
+reg signed [9:0] e2_sh0, e2_sh1;
 // E3: terms on the grid.
 reg e3_v, e3_upd0, e3_upd1, e3_clear, e3_last, e3_nf0, e3_nf1;
 reg signed [95:0] e3_g0, e3_g1;
@@ -506,36 +542,35 @@ always @(posedge clock) begin
       hold_p <= psum;
       hold_s <= side;
    end
-   e1_s0 <= (mode4 == 2'd2) ? sw8 : (mode4 == 2'd1) ? su0x - sa8 : su0x;
-   e1_s1 <= (mode4 == 2'd2) ? sw8 : (mode4 == 2'd1) ? su1x - sa8 : su1x;
-   e1_upd0 <= (mode4 == 2'd0) || (mode4 == 2'd1) || (mode4 == 2'd2 && !row4);
-   e1_upd1 <= (mode4 == 2'd0) || (mode4 == 2'd1) || (mode4 == 2'd2 && row4);
-   e1_usem <= mode4 == 2'd0;
-   e1_clear <= sb4[97];
-   e1_last <= sb4[96];
-   e1_xnf <= x_nf4;
-   e1_sa <= {{8{sa4[20]}}, sa4};
-   e1_xexp <= x_exp4;
-   e1_d0 <= d04;
-   e1_m0 <= m04;
-   e1_d1 <= d14;
-   e1_m1 <= m14;
-   e2_td0 <= term(e1_d0, e1_s0);
-   e2_td1 <= term(e1_d1, e1_s1);
-   e2_tm0 <= e1_usem ? term(e1_m0, e1_sa) : 40'sd0;
-   e2_tm1 <= e1_usem ? term(e1_m1, e1_sa) : 40'sd0;
-   e2_sd0 <= f16_exp(e1_d0) + e1_xexp + 10'sd7;
-   e2_sm0 <= f16_exp(e1_m0) + e1_xexp + 10'sd7;
-   e2_sd1 <= f16_exp(e1_d1) + e1_xexp + 10'sd7;
-   e2_sm1 <= f16_exp(e1_m1) + e1_xexp + 10'sd7;
-   e2_nf0 <= e1_xnf || (e1_d0[14:10] == 5'd31) || (e1_usem && e1_m0[14:10] == 5'd31);
-   e2_nf1 <= e1_xnf || (e1_d1[14:10] == 5'd31) || (e1_usem && e1_m1[14:10] == 5'd31);
+   // E1 registers hold a block until the next one completes (a block takes at least two cycles).
+   if (v4 && half4) begin
+      e1_s0 <= (mode4 == 2'd2) ? sw8 : (mode4 == 2'd1) ? su0x - sa8 : su0x;
+      e1_s1 <= (mode4 == 2'd2) ? sw8 : (mode4 == 2'd1) ? su1x - sa8 : su1x;
+      e1_upd0 <= (mode4 == 2'd0) || (mode4 == 2'd1) || (mode4 == 2'd2 && !row4);
+      e1_upd1 <= (mode4 == 2'd0) || (mode4 == 2'd1) || (mode4 == 2'd2 && row4);
+      e1_usem <= mode4 == 2'd0;
+      e1_clear <= sb4[97];
+      e1_last <= sb4[96];
+      e1_xnf <= x_nf4;
+      e1_sa <= {{8{sa4[20]}}, sa4};
+      e1_xexp <= x_exp4;
+      e1_d0 <= d04;
+      e1_m0 <= m04;
+      e1_d1 <= d14;
+      e1_m1 <= m14;
+   end
+   e2_t0 <= term(h0, k0);
+   e2_t1 <= term(h1, k1);
+   e2_sh0 <= f16_exp(h0) + e1_xexp + 10'sd7;
+   e2_sh1 <= f16_exp(h1) + e1_xexp + 10'sd7;
+   e2_nf0 <= e1_xnf || (h0[14:10] == 5'd31);
+   e2_nf1 <= e1_xnf || (h1[14:10] == 5'd31);
    e2_upd0 <= e1_upd0;
    e2_upd1 <= e1_upd1;
-   e2_clear <= e1_clear;
-   e2_last <= e1_last;
-   e3_g0 <= to_grid(e2_td0, e2_sd0) + to_grid(e2_tm0, e2_sm0);
-   e3_g1 <= to_grid(e2_td1, e2_sd1) + to_grid(e2_tm1, e2_sm1);
+   e2_clear <= e1_clear && !p1;
+   e2_last <= e1_last && (p1 || !e1_usem);
+   e3_g0 <= to_grid(e2_t0, e2_sh0);
+   e3_g1 <= to_grid(e2_t1, e2_sh1);
    e3_nf0 <= e2_nf0;
    e3_nf1 <= e2_nf1;
    e3_upd0 <= e2_upd0;
@@ -558,6 +593,7 @@ always @(posedge clock) begin
       v3 <= 1'b0;
       v4 <= 1'b0;
       e1_v <= 1'b0;
+      p1 <= 1'b0;
       e2_v <= 1'b0;
       e3_v <= 1'b0;
    end else begin
@@ -566,7 +602,8 @@ always @(posedge clock) begin
       v3 <= v2;
       v4 <= v3;
       e1_v <= v4 && half4;
-      e2_v <= e1_v;
+      p1 <= e1_v && e1_usem;
+      e2_v <= e1_v || p1;
       e3_v <= e2_v;
    end
 end
