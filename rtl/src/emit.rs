@@ -42,6 +42,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "hybrid PE lane: 2 rows x 16 columns per cycle on 16 DSP48E2 (W4Min/W4 packed w4x2, W8), block epilogue, 96-bit accumulators",
     ),
     (
+        "round",
+        "opu_round",
+        "output stage: a 96-bit accumulator rounded to FP16 and FP32 (nearest even, subnormals, overflow, NaN)",
+    ),
+    (
         "router",
         "opu_router",
         "router unit: FP16 x FP16 dot of x with the execute and skip rows (16 DSP48E2), biases, FP32 rounding, decision",
@@ -50,6 +55,21 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "array",
         "opu_array",
         "PE array sized by the config: one aligner broadcasting to pe_lanes lanes",
+    ),
+    (
+        "fp32",
+        "opu_fp32",
+        "IEEE binary32 add, subtract and multiply (round to nearest even, subnormals, canonical NaN), pipelined",
+    ),
+    (
+        "vector",
+        "opu_vector",
+        "one vector lane (the overlay has vector_lanes): element-wise ops, exp/rsqrt/recip/sigmoid/SiLU, RMSNorm, RoPE, axpby; one element per cycle",
+    ),
+    (
+        "reduce",
+        "opu_reduce",
+        "reduction unit: sum of squares into a 96-bit accumulator (and its FP32 rounding), online-softmax state (max, c, p, l)",
     ),
 ];
 
@@ -169,6 +189,10 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
             checked_verilog(&crate::lane::lane_top())?
         }
         "router" => checked_verilog(&crate::router::router_top())?,
+        "fp32" => checked_verilog(&crate::fp32::fp32_top())?,
+        "vector" => checked_verilog(&crate::vector::vector_top())?,
+        "reduce" => checked_verilog(&crate::reduce::reduce_top())?,
+        "round" => checked_verilog(&crate::round::round_top())?,
         // Structural: rust-hdl ports have compile-time widths, the array's depend on the config.
         "array" => {
             check_lane_config(unit, cfg)?;

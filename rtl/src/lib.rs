@@ -7,7 +7,11 @@
 //! - [`lane`]: the hybrid PE lane (two rows, 16 DSP48E2, W4Min/W4/W8) with its block epilogue.
 //! - [`align`]: the block aligner (one per array).
 //! - [`array`]: the PE array of a config (structural Verilog: aligner + lanes).
+//! - [`round`]: the output stage, accumulators rounded to FP16 / FP32 (Verilog shared with the router).
 //! - [`router`]: the router unit (FP16 x FP16 dot products, biases, FP32 rounding, the skip decision).
+//! - [`fp32`]: IEEE binary32 add/subtract/multiply in Verilog and the dataflow pipeliner built on them.
+//! - [`vector`]: the vector lane (element-wise ops, exp/rsqrt/recip/sigmoid/SiLU, RMSNorm, RoPE, axpby).
+//! - [`reduce`]: the reduction unit (sum of squares, online-softmax state).
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
@@ -18,9 +22,13 @@ pub mod array;
 pub mod dsp;
 pub mod dsp3;
 pub mod emit;
+pub mod fp32;
 pub mod lane;
+pub mod reduce;
+pub mod round;
 pub mod router;
 pub mod synth;
 pub mod testing;
+pub mod vector;
 
 pub use emit::{emit_verilog, emit_verilog_for, EmitError, UNITS};

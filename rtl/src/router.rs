@@ -16,6 +16,7 @@
 //! [`ROUTER_LATENCY`] edges from a vector's last beat to `done`.
 
 use crate::lane::{ModelState, ACC_BITS};
+use crate::round::ROUND_VERILOG;
 use opu_hw::numerics::acc::WideAcc;
 use opu_hw::numerics::dot;
 use rust_hdl::prelude::*;
@@ -172,42 +173,9 @@ impl Logic for Router {
         self.done.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(format!("{ROUND_F32_VERILOG}{ROUTER_VERILOG}"))
+        Verilog::Custom(format!("{ROUND_VERILOG}{ROUTER_VERILOG}"))
     }
 }
-
-/// `WideAcc::to_f32` in Verilog: a 96-bit accumulator (2^-32 units) rounded to FP32, nearest, ties to even.
-/// Every nonzero value is a normal FP32 (2^-32 <= |v| < 2^63): no subnormal or overflow path; an exact zero
-/// is +0. Split in two stages: `acc_norm` (leading one to bit 95) and `acc_round`.
-pub const ROUND_F32_VERILOG: &str = "\
-// the magnitude shifted so that its leading one is bit 95, and that one's position (0 for zero)
-function automatic [102:0] acc_norm(input signed [95:0] v);
-   reg [95:0] mag;
-   reg [6:0] msb;
-   integer i;
-   begin
-      mag = v[95] ? -v : v;
-      msb = 7'd0;
-      for (i = 0; i < 96; i = i + 1)
-         if (mag[i]) msb = i[6:0];
-      acc_norm = {msb, mag << (7'd95 - msb)};
-   end
-endfunction
-// sign, leading-one position and normalized magnitude -> FP32 bits
-function automatic [31:0] acc_round(input sign, input [6:0] msb, input [95:0] norm);
-   reg [24:0] m;
-   reg [7:0] e;
-   reg up;
-   begin
-      up = norm[71] && ((|norm[70:0]) || norm[72]);
-      m = {1'b0, norm[95:72]} + {24'd0, up};
-      // value = mag * 2^-32, leading one at 2^(msb - 32): biased exponent msb - 32 + 127
-      e = {1'b0, msb} + 8'd95 + {7'd0, m[24]};
-      if (norm[95] == 1'b0) acc_round = 32'd0;
-      else acc_round = {sign, e, m[24] ? m[23:1] : m[22:0]};
-   end
-endfunction
-";
 
 const ROUTER_VERILOG: &str = "\
 // S1: inputs
@@ -313,15 +281,15 @@ always @(posedge clock) begin
    nfa7 <= nf_a || (ba6[14:10] == 5'd31);
    nfb7 <= nf_b || (bb6[14:10] == 5'd31);
    // S8: normalize
-   na8 <= acc_norm(fa7);
-   nb8 <= acc_norm(fb7);
+   na8 <= acc_norm(fa7, 7'd0);
+   nb8 <= acc_norm(fb7, 7'd0);
    signa8 <= fa7[95];
    signb8 <= fb7[95];
    nfa8 <= nfa7;
    nfb8 <= nfb7;
    // S9: round
-   la9 <= nfa8 ? 32'h7FC00000 : acc_round(signa8, na8[102:96], na8[95:0]);
-   lb9 <= nfb8 ? 32'h7FC00000 : acc_round(signb8, nb8[102:96], nb8[95:0]);
+   la9 <= nfa8 ? 32'h7FC00000 : acc_round_f32(signa8, na8[102:96], na8[95:0]);
+   lb9 <= nfb8 ? 32'h7FC00000 : acc_round_f32(signb8, nb8[102:96], nb8[95:0]);
    // S10: compare (FP32 order on sign-magnitude; NaN never skips; the datapath never makes -0)
    if (v9) begin
       l0 <= la9;

@@ -321,3 +321,25 @@ impl RouterJob {
             .collect()
     }
 }
+
+/// Accumulator values for the output stage: the edges (zero, ±1 unit, ±2^94, the FP16 overflow threshold
+/// 65520 and its neighbours, the smallest FP16 subnormal and half of it, FP16 ties) and then random
+/// magnitudes spread over every bit position, both signs, some with the non-finite flag.
+pub fn accumulator_values(rng: &mut Rng, n: usize) -> Vec<WideAcc> {
+    let one = 1i128 << 32;
+    let mut v: Vec<i128> = vec![0, 1, -1, 1 << 94, -(1 << 94), (1 << 95) - 1, -(1 << 95)];
+    for base in [65504 * one, 65520 * one, one >> 14, one >> 24, one >> 25, (one >> 24) * 3 / 2, one + (one >> 11)] {
+        for d in [-1, 0, 1] {
+            v.push(base + d);
+            v.push(-(base + d));
+        }
+    }
+    let mut out: Vec<WideAcc> = v.into_iter().map(|fixed| WideAcc { fixed, nonfinite: false }).collect();
+    for _ in 0..n {
+        let bits = rng.below(95) as u32;
+        let mag = (i128::from(rng.next_u64()) << 64 | i128::from(rng.next_u64())) & ((1i128 << bits) - 1) | 1i128 << bits;
+        let fixed = if rng.next_u64() & 1 == 1 { -mag } else { mag };
+        out.push(WideAcc { fixed, nonfinite: rng.below(32) == 0 });
+    }
+    out
+}

@@ -14,7 +14,9 @@ mod models {
     use opu_rtl::testing::{acc_matches, act_block, ActKind, LaneCycle, LaneJob, Rng};
     use opu_rtl::router::ROUTER_LATENCY;
     use opu_rtl::testing::{RouterBeat, RouterJob};
-    use opu_sim::rtl::{Align, Array, Lane, Router};
+    use opu_rtl::round::ROUND_LATENCY;
+    use opu_rtl::testing::accumulator_values;
+    use opu_sim::rtl::{Align, Array, Lane, Round, Router};
 
     const MODES: [WeightFormat; 3] = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
 
@@ -314,6 +316,25 @@ mod models {
         }
         assert!(skips * 5 > decisions, "router: only {skips} skips in {decisions} decisions");
         eprintln!("router: {products} products equal to opu-hw ({skips} skips in {decisions}), {} cycles", m.cycles());
+    }
+
+    /// The output stage on 10^6 accumulators (every magnitude, both signs, the FP16 edges, some non-finite)
+    /// against `WideAcc::to_f16` and `to_f32`.
+    #[test]
+    fn round_equals_to_f16_and_to_f32() {
+        let mut m = Round::new();
+        let mut rng = Rng(0x40d0_c051);
+        let accs = accumulator_values(&mut rng, 1_000_000);
+        for k in 0..accs.len() + ROUND_LATENCY {
+            let a = accs.get(k).copied().unwrap_or_default();
+            m.set_acc(a.fixed as u128);
+            m.set_nf(a.nonfinite.into());
+            m.tick();
+            if k + 1 >= ROUND_LATENCY && k + 1 - ROUND_LATENCY < accs.len() {
+                let a = &accs[k + 1 - ROUND_LATENCY];
+                assert_eq!((m.f16() as u16, m.f32() as u32), (a.to_f16(), a.to_f32().to_bits()), "{a:?}");
+            }
+        }
     }
 }
 

@@ -1,0 +1,133 @@
+//! The output rounding of the 96-bit accumulators ([`WideAcc::to_f16`], [`WideAcc::to_f32`]): nearest, ties to
+//! even, FP16 with subnormals and overflow to infinity, the canonical NaN when the non-finite flag is set.
+//!
+//! [`ROUND_VERILOG`] holds the Verilog functions (the router uses them too); [`Round`] is a unit of its own:
+//! the PE array's output stage, one accumulator per cycle, 2 register stages (normalize: leading one and
+//! shift; round and pack), both formats at once.
+//!
+//! The accumulator holds `v * 2^-32`, |v| < 2^95: every nonzero value is a normal FP32 (2^-32 .. 2^63), so
+//! FP32 has no subnormal or overflow path; FP16 has both.
+
+use crate::lane::{acc_value, ModelState, ACC_BITS};
+use opu_hw::numerics::acc::WideAcc;
+use rust_hdl::prelude::*;
+use std::collections::VecDeque;
+
+/// Register stages of [`Round`].
+pub const ROUND_LATENCY: usize = 2;
+
+/// The Verilog rounding functions: `acc_norm` (stage 1: the leading one's position and the magnitude shifted
+/// so that the bit of weight 2^(max(msb, kmin)) is bit 95), `acc_round_f32` and `acc_round_f16` (stage 2).
+pub const ROUND_VERILOG: &str = "\
+// {msb, mag << (95 - max(msb, kmin))}: the leading one's position (0 for zero) and the magnitude aligned so
+// that position max(msb, kmin) is bit 95 (kmin: the lowest position a normal number of the format can lead at)
+function automatic [102:0] acc_norm(input signed [95:0] v, input [6:0] kmin);
+   reg [95:0] mag;
+   reg [6:0] msb;
+   reg [6:0] k;
+   integer i;
+   begin
+      mag = v[95] ? -v : v;
+      msb = 7'd0;
+      for (i = 0; i < 96; i = i + 1)
+         if (mag[i]) msb = i[6:0];
+      k = (msb < kmin) ? kmin : msb;
+      acc_norm = {msb, mag << (7'd95 - k)};
+   end
+endfunction
+// FP32 (kmin 0: every nonzero value is normal): 24 bits kept, nearest even; leading one at 2^(msb - 32)
+function automatic [31:0] acc_round_f32(input sign, input [6:0] msb, input [95:0] norm);
+   reg [24:0] m;
+   reg [7:0] e;
+   reg up;
+   begin
+      up = norm[71] && ((|norm[70:0]) || norm[72]);
+      m = {1'b0, norm[95:72]} + {24'd0, up};
+      e = {1'b0, msb} + 8'd95 + {7'd0, m[24]};
+      if (norm[95] == 1'b0) acc_round_f32 = 32'd0;
+      else acc_round_f32 = {sign, e, m[24] ? m[23:1] : m[22:0]};
+   end
+endfunction
+// FP16 (kmin 18: 2^(18 - 32) = 2^-14 is the smallest normal): 11 bits kept from position k = max(msb, 18),
+// nearest even (a nonzero value that rounds to nothing is a zero of its sign); below 2^-14 the result is subnormal (exponent field 0), a carry out of the 11 bits moves the
+// exponent up (or a subnormal up to the smallest normal), and an exponent field of 31 or more is infinity.
+function automatic [15:0] acc_round_f16(input sign, input [6:0] msb, input [95:0] norm);
+   reg [11:0] m;
+   reg [7:0] e;
+   reg up;
+   reg [6:0] k;
+   begin
+      k = (msb < 7'd18) ? 7'd18 : msb;
+      up = norm[84] && ((|norm[83:0]) || norm[85]);
+      m = {1'b0, norm[95:85]} + {11'd0, up};
+      // biased exponent of the leading position k: k - 32 + 15
+      e = {1'b0, k} - 8'd17 + {7'd0, m[11]};
+      if (norm == 96'd0) acc_round_f16 = 16'd0;
+      else if (m == 12'd0) acc_round_f16 = {sign, 15'd0};
+      else if (m[11] == 1'b0 && m[10] == 1'b0) acc_round_f16 = {sign, 5'd0, m[9:0]};
+      else if (e >= 8'd31) acc_round_f16 = {sign, 5'd31, 10'd0};
+      else acc_round_f16 = {sign, e[4:0], m[11] ? m[10:1] : m[9:0]};
+   end
+endfunction
+";
+
+/// The output stage: `acc` (96 bits, 2^-32 units) and `nf` in, `f16` and `f32` (bits) out
+/// [`ROUND_LATENCY`] edges later.
+#[derive(Clone, Debug, Default, LogicBlock)]
+pub struct Round {
+    pub clock: Signal<In, Clock>,
+    pub acc: Signal<In, Signed<ACC_BITS>>,
+    pub nf: Signal<In, Bit>,
+    pub f16: Signal<Out, Bits<16>>,
+    pub f32: Signal<Out, Bits<32>>,
+    pipe: ModelState<VecDeque<(u16, u32)>>,
+}
+
+impl Logic for Round {
+    fn update(&mut self) {
+        if !self.clock.pos_edge() {
+            return;
+        }
+        let q = &mut self.pipe.0;
+        if q.is_empty() {
+            // registers start at zero: the +0 of both formats
+            q.extend(std::iter::repeat_n((0, 0), ROUND_LATENCY));
+        }
+        let a = WideAcc { fixed: acc_value(self.acc.val()), nonfinite: self.nf.val() };
+        q.push_back((a.to_f16(), a.to_f32().to_bits()));
+        q.pop_front();
+        let (h, f) = q[0];
+        self.f16.next = u64::from(h).into();
+        self.f32.next = u64::from(f).into();
+    }
+    fn connect(&mut self) {
+        self.f16.connect();
+        self.f32.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!(
+            "{ROUND_VERILOG}\
+reg [102:0] n16, n32;
+reg sign1, nf1;
+always @(posedge clock) begin
+   n16 <= acc_norm(acc, 7'd18);
+   n32 <= acc_norm(acc, 7'd0);
+   sign1 <= acc[95];
+   nf1 <= nf;
+   f16 <= nf1 ? 16'h7E00 : acc_round_f16(sign1, n16[102:96], n16[95:0]);
+   f32 <= nf1 ? 32'h7FC00000 : acc_round_f32(sign1, n32[102:96], n32[95:0]);
+end
+"
+        ))
+    }
+}
+
+/// [`Round`] ready to simulate or emit.
+pub fn round_top() -> Round {
+    let mut uut = Round::default();
+    uut.clock.connect();
+    uut.acc.connect();
+    uut.nf.connect();
+    uut.connect_all();
+    uut
+}
