@@ -451,18 +451,26 @@ endfunction
 function automatic signed [9:0] f16_exp(input [15:0] h);
    f16_exp = (h[14:10] == 5'd0) ? 10'sd1 : {5'd0, h[14:10]};
 endfunction
-// sign(h) * sig(h) * s, as shift-and-add in fabric (the DSP48E2 are the products').
+// sign(h) * sig(h) * s, as shift-and-add in fabric (the DSP48E2 are the products'): 11 partial products in a
+// balanced tree (4 adder levels, not a chain of 11).
 function automatic signed [39:0] term(input [15:0] h, input signed [28:0] s);
    reg [10:0] sig;
-   reg signed [39:0] sx;
-   reg signed [39:0] t;
-   integer i;
+   reg signed [39:0] sx, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, t;
    begin
       sig = f16_sig(h);
       sx = {{11{s[28]}}, s};
-      t = 40'sd0;
-      for (i = 0; i < 11; i = i + 1)
-         if (sig[i]) t = t + (sx <<< i);
+      p0 = sig[0] ? sx : 40'sd0;
+      p1 = sig[1] ? sx <<< 1 : 40'sd0;
+      p2 = sig[2] ? sx <<< 2 : 40'sd0;
+      p3 = sig[3] ? sx <<< 3 : 40'sd0;
+      p4 = sig[4] ? sx <<< 4 : 40'sd0;
+      p5 = sig[5] ? sx <<< 5 : 40'sd0;
+      p6 = sig[6] ? sx <<< 6 : 40'sd0;
+      p7 = sig[7] ? sx <<< 7 : 40'sd0;
+      p8 = sig[8] ? sx <<< 8 : 40'sd0;
+      p9 = sig[9] ? sx <<< 9 : 40'sd0;
+      p10 = sig[10] ? sx <<< 10 : 40'sd0;
+      t = (((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))) + ((p8 + p9) + p10);
       term = h[15] ? -t : t;
    end
 endfunction
