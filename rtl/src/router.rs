@@ -15,7 +15,7 @@
 //! position, shift); 9 FP32 rounding (nearest, ties to even); 10 the comparison, outputs and `done`.
 //! [`ROUTER_LATENCY`] edges from a vector's last beat to `done`.
 
-use crate::lane::{ModelState, ACC_BITS};
+use crate::lane::ModelState;
 use crate::round::ROUND_VERILOG;
 use opu_hw::numerics::acc::WideAcc;
 use opu_hw::numerics::dot;
@@ -332,6 +332,3 @@ pub fn router_top() -> Router {
     uut.connect_all();
     uut
 }
-
-/// Width of the accumulators (for the docs and tests).
-pub const ROUTER_ACC_BITS: usize = ACC_BITS;
