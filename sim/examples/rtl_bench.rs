@@ -11,8 +11,13 @@
 //! With `--synth` it then runs yosys (`synth_xilinx -family xcup`) on the `sim`-preset array, aligner and router and
 //! on one `u280` lane and prints their resources and packing factors (the array takes minutes).
 //!
-//! `cargo run -p opu-sim --release --example rtl_bench [-- [--synth] SECONDS_PER_UNIT [UNIT...]]`
+//! With `--vcd DIR` it writes, instead of measuring, a waveform of each unit: `DIR/<unit>.vcd`, the first
+//! [`VCD_CYCLES`] cycles of the same random inputs, every signal (open them in GTKWave; see sim/README.md
+//! "Waveforms").
+//!
+//! `cargo run -p opu-sim --release --example rtl_bench [-- [--synth] [--vcd DIR] SECONDS_PER_UNIT [UNIT...]]`
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use opu_sim::rtl::{self, RtlModel};
@@ -63,9 +68,54 @@ fn bench(m: &mut dyn RtlModel, budget: Duration, drive: bool) -> (u64, Duration)
     }
 }
 
+/// Cycles of each `--vcd` trace.
+const VCD_CYCLES: u64 = 1000;
+
+/// Writes `dir/<unit>.vcd`: [`VCD_CYCLES`] cycles of `m` with random inputs (those of [`bench`]), every
+/// signal. Returns the file, its size and the traced cycles per second.
+fn trace(m: &mut dyn RtlModel, dir: &Path) -> std::io::Result<(PathBuf, u64, f64)> {
+    let inputs: Vec<(usize, usize)> = m
+        .ports()
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.is_input() && p.name != "clock")
+        .map(|(i, p)| (i, p.words()))
+        .collect();
+    let mut rng = Rng(0x7e57_be4c_0001);
+    let mut words = vec![0u32; inputs.iter().map(|i| i.1).max().unwrap_or(0)];
+    let path = dir.join(format!("{}.vcd", m.unit()));
+    let start = Instant::now();
+    m.trace_vcd(&path, 0)?;
+    for _ in 0..VCD_CYCLES {
+        for &(port, n) in &inputs {
+            for w in &mut words[..n] {
+                *w = rng.next() as u32;
+            }
+            m.set_port_words(port, &words[..n]);
+        }
+        m.tick();
+    }
+    m.trace_close()?;
+    let t = start.elapsed().as_secs_f64();
+    Ok((
+        path.clone(),
+        std::fs::metadata(&path)?.len(),
+        VCD_CYCLES as f64 / t,
+    ))
+}
+
 fn main() {
     let synth = std::env::args().any(|a| a == "--synth");
-    let mut args = std::env::args().skip(1).filter(|a| a != "--synth");
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    let vcd = argv.iter().position(|a| a == "--vcd").map(|i| {
+        let dir = argv.get(i + 1).cloned().unwrap_or_else(|| {
+            eprintln!("--vcd needs a directory");
+            std::process::exit(2);
+        });
+        argv.drain(i..=i + 1);
+        PathBuf::from(dir)
+    });
+    let mut args = argv.into_iter().filter(|a| a != "--synth");
     let secs: f64 = args
         .next()
         .map_or(1.0, |s| s.parse().expect("SECONDS_PER_UNIT"));
@@ -75,6 +125,36 @@ fn main() {
             "opu-sim was built without the Verilator models (no verilator on PATH at build time)"
         );
         std::process::exit(1);
+    }
+    if let Some(dir) = vcd {
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            eprintln!("--vcd {}: {e}", dir.display());
+            std::process::exit(1);
+        }
+        println!(
+            "{:<16} {:>7} {:>12} {:>16}  file",
+            "unit", "cycles", "bytes", "traced cycles/s"
+        );
+        for &unit in rtl::UNITS {
+            if !only.is_empty() && !only.iter().any(|u| u == unit) {
+                continue;
+            }
+            let mut m = rtl::instantiate(unit).expect("a unit of rtl::UNITS");
+            match trace(m.as_mut(), &dir) {
+                Ok((path, bytes, speed)) => println!(
+                    "{unit:<16} {VCD_CYCLES:>7} {bytes:>12} {speed:>16.3e}  {}",
+                    path.display()
+                ),
+                Err(e) => {
+                    eprintln!("{unit}: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        if synth {
+            synth_table();
+        }
+        return;
     }
     println!(
         "{:<16} {:>5} {:>14} {:>8} {:>12} {:>18}",

@@ -15,11 +15,47 @@
 //! - `UNIT`, `TOP` and `PORTS` (see [`Port`]), and the object-safe [`RtlModel`] interface (any unit by
 //!   name through [`instantiate`], ports by index: what benchmarks and generic drivers use).
 //!
+//! - `trace_vcd(path, depth)`, `trace_flush()`, `trace_close()`, `trace_path()`: waveforms, below.
+//!
 //! The structs are `Send` (each model has its own Verilator context), not `Sync`.
 //!
 //! They exist only when the crate was built with Verilator >= 5 on PATH ([`available`]; [`UNITS`] is empty
 //! otherwise); `REQUIRE_VERILATOR=1` makes its absence a build error. The list of units is `UNITS` in
 //! sim/build.rs; see sim/README.md "Verilator models".
+//!
+//! # Waveforms
+//!
+//! `m.trace_vcd(Path::new("lane.vcd"), 0)?` makes the model write a VCD file (GTKWave, Surfer, ...) from
+//! then on; `depth` 0 traces every signal of the design, `n` the scopes down to `n` levels below the top
+//! (1: only the top's ports, the scope `TOP`; 2: also the top module's own signals). Times are in
+//! picoseconds (`$timescale 1ps`), with a clock period of [`VCD_PERIOD_PS`] = 4444 ps (the presets' 225 MHz
+//! core clock):
+//!
+//! - tick `n` (`n` = `cycles()` before it) dumps the clock low at `n * 4444` (the inputs set for the cycle
+//!   appear there, with the falling edge) and high at `n * 4444 + 2222` (the rising edge: registered
+//!   outputs as the accessors read them after the tick);
+//! - `eval()` dumps 1 ps after the previous dump (inputs changed between ticks, combinational outputs
+//!   settling), or at the next half period if it changed `clock` (for callers who drive the clock
+//!   themselves); the first dump of a trace started before any tick is at the current cycle's time;
+//! - a model without a `clock` dumps each `eval()` and [`RtlModel::tick`] one period after the previous one.
+//!
+//! A trace started at cycle `n` begins at `n * 4444`. The file is complete after `trace_close()` (which
+//! reports write and close errors) or when the model is dropped (errors lost); `trace_flush()` writes out
+//! what is buffered. A path that cannot be created is an [`std::io::Error`] naming it. Each model writes
+//! its own file through its own Verilator context, so models on different threads trace at the same time.
+//! The models are built with `--trace` once for both uses: not tracing costs nothing measurable.
+
+use std::ffi::CString;
+use std::io;
+use std::path::Path;
+
+/// Clock period of the VCD traces, in their time unit (`$timescale 1ps`): 225 MHz (the core clock of the
+/// `OverlayConfig` presets) rounded to a whole, even number of picoseconds. Tick `n` dumps the clock low
+/// at `n * VCD_PERIOD_PS` and high half a period later; see "Waveforms" above.
+pub const VCD_PERIOD_PS: u64 = 4444;
+
+/// The VCD time unit (`$timescale`) of the traces.
+pub const VCD_TIMESCALE: &str = "1ps";
 
 /// Direction of a model port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +108,45 @@ pub trait RtlModel: Send {
     fn set_port_words(&mut self, port: usize, words: &[u32]);
     /// Reads `port` into `out`, [`Port::words`] words. Panics on a wrong word count.
     fn port_words(&self, port: usize, out: &mut [u32]);
+    /// Starts a VCD waveform of the model in `path` ("Waveforms" above; each struct's `trace_vcd`).
+    fn trace_vcd(&mut self, path: &Path, depth: u32) -> io::Result<()>;
+    /// Writes out what the trace has buffered (a no-op when not tracing).
+    fn trace_flush(&mut self) -> io::Result<()>;
+    /// Flushes and closes the trace (a no-op when not tracing).
+    fn trace_close(&mut self) -> io::Result<()>;
+    /// The file of the trace in progress, if any.
+    fn trace_path(&self) -> Option<&Path>;
+}
+
+/// `path` for the shim's `open`. A path with a NUL byte is an error naming it.
+#[allow(dead_code)] // used by the generated models only
+fn vcd_c_path(path: &Path) -> io::Result<CString> {
+    #[cfg(unix)]
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+    #[cfg(not(unix))]
+    let bytes = path
+        .to_str()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("creating VCD trace {path:?}: not valid Unicode"),
+            )
+        })?
+        .as_bytes()
+        .to_vec();
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("creating VCD trace {path:?}: the path contains a NUL byte"),
+        )
+    })
+}
+
+/// The error `errno` of the shim while `what` (creating, writing) the trace at `path`, naming it.
+#[allow(dead_code)] // used by the generated models only
+fn vcd_error(what: &str, path: &Path, errno: i32) -> io::Error {
+    let e = io::Error::from_raw_os_error(errno);
+    io::Error::new(e.kind(), format!("{what} VCD trace {path:?}: {e}"))
 }
 
 /// The checks of [`RtlModel::set_port_words`].
