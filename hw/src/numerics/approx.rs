@@ -45,7 +45,7 @@ const INF_BITS: u32 = 0x7F80_0000;
 
 /// `EXP2_HI[j]` = 2^(j/64) rounded to nearest FP32, j = 0..63.
 #[rustfmt::skip]
-const EXP2_HI: [u32; 64] = [
+pub const EXP2_HI: [u32; 64] = [
     0x3F800000, 0x3F8164D2, 0x3F82CD87, 0x3F843A29, 0x3F85AAC3, 0x3F871F62, 0x3F88980F, 0x3F8A14D5,
     0x3F8B95C2, 0x3F8D1ADF, 0x3F8EA43A, 0x3F9031DC, 0x3F91C3D3, 0x3F935A2B, 0x3F94F4F0, 0x3F96942D,
     0x3F9837F0, 0x3F99E046, 0x3F9B8D3A, 0x3F9D3EDA, 0x3F9EF532, 0x3FA0B051, 0x3FA27043, 0x3FA43516,
@@ -60,7 +60,7 @@ const EXP2_HI: [u32; 64] = [
 /// carries ~48 bits and its rounding no longer costs up to half an ulp (measured: exp is then also monotone,
 /// which it is not with EXP2_HI alone).
 #[rustfmt::skip]
-const EXP2_LO: [u32; 64] = [
+pub const EXP2_LO: [u32; 64] = [
     0x00000000, 0xB1C43FD0, 0xB34EA7A9, 0xB2F14C87, 0x334F9891, 0xB352C2E6, 0xB37EDA4B, 0x336A92DE,
     0xB260ABA1, 0x3336FCB7, 0xB3697465, 0x330628CD, 0x33675624, 0x32BC4F9C, 0xB32E0212, 0x32DC8061,
     0x33231B71, 0xB359BE90, 0xB30C5563, 0xB331A601, 0x33412342, 0x31FB9715, 0x30C3125A, 0xB323EC33,
@@ -72,19 +72,19 @@ const EXP2_LO: [u32; 64] = [
 ];
 
 /// 64/ln 2, rounded to FP32 (only picks n; its rounding does not affect accuracy).
-const EXP_INV_C: f32 = f32::from_bits(0x42B8_AA3B); // 92.33248
+pub const EXP_INV_C: f32 = f32::from_bits(0x42B8_AA3B); // 92.33248
 /// ln2/64 = C_HI + C_LO. C_HI = 710 * 2^-16 has 10 significant bits, so n * C_HI is exact for |n| < 2^14.
-const EXP_C_HI: f32 = f32::from_bits(0x3C31_8000); // 0.010833740234375
+pub const EXP_C_HI: f32 = f32::from_bits(0x3C31_8000); // 0.010833740234375
 /// ln2/64 - C_HI, rounded to FP32.
-const EXP_C_LO: f32 = f32::from_bits(0xB65E_8083); // -3.3155382e-6
+pub const EXP_C_LO: f32 = f32::from_bits(0xB65E_8083); // -3.3155382e-6
 /// 1/6 rounded to FP32 (Taylor coefficient of r^3).
-const EXP_P3: f32 = f32::from_bits(0x3E2A_AAAB);
+pub const EXP_P3: f32 = f32::from_bits(0x3E2A_AAAB);
 /// 1.5 * 2^23: adding it to |v| < 2^22 rounds v to the nearest integer (ties to even), which then sits in
 /// the low mantissa bits.
-const ROUND_SHIFTER: f32 = 12_582_912.0;
+pub const ROUND_SHIFTER: f32 = 12_582_912.0;
 /// e^89 > FP32 max and e^-89 < 2^-126, so beyond these the answer is known; also keeps |n| < 2^14.
-const EXP_HI: f32 = 89.0;
-const EXP_LO: f32 = -89.0;
+pub const EXP_HI: f32 = 89.0;
+pub const EXP_LO: f32 = -89.0;
 
 /// e^x.
 ///
@@ -138,7 +138,7 @@ pub fn exp(x: f32) -> f32 {
 /// [a, b) = (1 + parity) * [1 + k/64, 1 + (k+1)/64); the entry is 2*fa*fb/(fa+fb) with fa = a^-1/2,
 /// fb = b^-1/2 (minimizes the largest relative error on the interval, < 2^-7.9), rounded to FP32.
 #[rustfmt::skip]
-const RSQRT_SEED: [u32; 128] = [
+pub const RSQRT_SEED: [u32; 128] = [
     // parity 0: M in [1, 2)
     0x3F7F01FB, 0x3F7D0DB7, 0x3F7B24C6, 0x3F7946BE, 0x3F777337, 0x3F75A9D1, 0x3F73EA2F, 0x3F7233FA,
     0x3F7086DE, 0x3F6EE28C, 0x3F6D46B8, 0x3F6BB319, 0x3F6A276C, 0x3F68A36D, 0x3F6726DE, 0x3F65B183,
@@ -162,7 +162,7 @@ const RSQRT_SEED: [u32; 128] = [
 /// Seeds for 1/m, m in [1, 2). Index k = top 6 fraction bits; interval [1 + k/64, 1 + (k+1)/64); the entry
 /// is 2/(a+b) = 128/(129 + 2k) (minimax relative error, < 2^-7), rounded to FP32.
 #[rustfmt::skip]
-const RECIP_SEED: [u32; 64] = [
+pub const RECIP_SEED: [u32; 64] = [
     0x3F7E03F8, 0x3F7A232D, 0x3F76603E, 0x3F72B9D6, 0x3F6F2EB7, 0x3F6BBDB3, 0x3F6865AC, 0x3F652598,
     0x3F61FC78, 0x3F5EE95C, 0x3F5BEB62, 0x3F5901B2, 0x3F562B81, 0x3F53680D, 0x3F50B6A0, 0x3F4E168A,
     0x3F4B8728, 0x3F4907DA, 0x3F46980C, 0x3F443730, 0x3F41E4BC, 0x3F3FA030, 0x3F3D6910, 0x3F3B3EE7,
