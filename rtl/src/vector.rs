@@ -29,8 +29,8 @@ use opu_hw::numerics::approx::{
     self, EXP2_HI, EXP2_LO, EXP_C_HI, EXP_C_LO, EXP_HI, EXP_INV_C, EXP_LO, EXP_P3, RECIP_SEED, ROUND_SHIFTER,
     RSQRT_SEED,
 };
-use opu_hw::numerics::fp16::{canon_f32, f16_to_f32};
-use opu_hw::numerics::vector::{rmsnorm_elem, rope_pair, VecOp};
+use opu_hw::numerics::fp16::f16_to_f32;
+use opu_hw::numerics::vector::{axpby, rms_inv_f32, rmsnorm_elem, rope_pair, VecOp};
 use rust_hdl::prelude::*;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -145,16 +145,6 @@ impl LaneOp {
     }
 }
 
-/// `a * b + c * d`, each step rounded to FP32, NaN canonical: `OnlineSoftmax::push`'s `*o * c + p * v`.
-pub fn axpby(a: f32, b: f32, c: f32, d: f32) -> f32 {
-    canon_f32(a * b + c * d)
-}
-
-/// `rms_inv` from the sum of squares already rounded to FP32 (`sumsq.to_f32()`, the reduce unit's output)
-/// and `n` as FP32: `rsqrt(sumsq * recip(n) + eps)`, exactly the steps of `vector::rms_inv`.
-pub fn rms_inv_f32(sumsq: f32, n: f32, eps: f32) -> f32 {
-    approx::rsqrt(sumsq * approx::recip(n) + eps)
-}
 
 /// `name(i)`: the FP32 table `t` as a Verilog function (a ROM in LUTs).
 fn table_verilog(name: &str, idx_bits: u32, t: &[u32]) -> String {

@@ -140,8 +140,20 @@ pub fn accumulate_square(acc: &mut WideAcc, x: f32) {
 
 /// RMSNorm's inverse root: `rsqrt(sumsq * recip(n) + eps)`, each step one FP32 operation.
 pub fn rms_inv(sumsq: &WideAcc, n: u32, eps: f32) -> f32 {
-    let mean = sumsq.to_f32() * recip(n as f32);
-    rsqrt(mean + eps)
+    rms_inv_f32(sumsq.to_f32(), n as f32, eps)
+}
+
+/// [`rms_inv`] from the sum of squares already rounded to FP32 and `n` as FP32 (how the reduction unit hands
+/// them to a vector lane).
+pub fn rms_inv_f32(sumsq: f32, n: f32, eps: f32) -> f32 {
+    rsqrt(sumsq * recip(n) + eps)
+}
+
+/// `a * b + c * d`, each step rounded to FP32, NaN canonical: the online softmax's output update
+/// `o * c + p * v` ([`OnlineSoftmax::push`]).
+#[inline]
+pub fn axpby(a: f32, b: f32, c: f32, d: f32) -> f32 {
+    canon_f32(a * b + c * d)
 }
 
 /// RMSNorm apply, one element: `(x * inv) * g`.
@@ -193,7 +205,7 @@ impl OnlineSoftmax {
         let p = exp(score - m_new);
         self.sum = self.sum * c + p;
         for (o, &vb) in self.out.iter_mut().zip(v) {
-            *o = *o * c + p * f16_to_f32(vb);
+            *o = axpby(*o, c, p, f16_to_f32(vb));
         }
         self.max = m_new;
     }
