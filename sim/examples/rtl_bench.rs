@@ -22,17 +22,7 @@ use std::time::{Duration, Instant};
 
 use opu_sim::rtl::{self, RtlModel};
 
-/// xorshift64*: the inputs (no dependency needed for a bench).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+use opu_rtl::testing::Rng;
 
 /// Ticks `m` for about `budget`, with random inputs each cycle if `drive`, else with the inputs left as
 /// they are (the model alone, without the cost of driving ports); returns (cycles, wall time).
@@ -54,7 +44,7 @@ fn bench(m: &mut dyn RtlModel, budget: Duration, drive: bool) -> (u64, Duration)
         for _ in 0..1024 {
             for &(port, n) in &inputs {
                 for w in &mut words[..n] {
-                    *w = rng.next() as u32;
+                    *w = rng.next_u64() as u32;
                 }
                 m.set_port_words(port, &words[..n]);
             }
@@ -89,7 +79,7 @@ fn trace(m: &mut dyn RtlModel, dir: &Path) -> std::io::Result<(PathBuf, u64, f64
     for _ in 0..VCD_CYCLES {
         for &(port, n) in &inputs {
             for w in &mut words[..n] {
-                *w = rng.next() as u32;
+                *w = rng.next_u64() as u32;
             }
             m.set_port_words(port, &words[..n]);
         }

@@ -4,24 +4,9 @@
 //! Without the models (opu-sim built without verilator on PATH) every test prints SKIPPED and passes,
 //! unless `REQUIRE_VERILATOR=1`, which makes it a failure.
 
-use opu_sim::rtl;
+mod common;
 
-/// True if the models are built; otherwise panics under `REQUIRE_VERILATOR=1` or prints SKIPPED.
-fn models_or_skip(what: &str) -> bool {
-    if rtl::available() {
-        return true;
-    }
-    if std::env::var("REQUIRE_VERILATOR").as_deref() == Ok("1") {
-        panic!(
-            "{what}: opu-sim was built without the Verilator models (no verilator on PATH at build time) \
-             and REQUIRE_VERILATOR=1"
-        );
-    }
-    eprintln!(
-        "SKIPPED {what}: opu-sim was built without the Verilator models (no verilator on PATH)"
-    );
-    false
-}
+use common::models_or_skip;
 
 #[test]
 fn dsp_acc_w4x2_matches_w4x2u_accumulate() {
@@ -60,17 +45,7 @@ mod models {
     use opu_hw::numerics::packing::{w4x2u_accumulate, w4x3u_products, W4X2U_MAX_DEPTH};
     use opu_sim::rtl::{self, DspAccW4x2, DspW4x3, PortDir, RtlModel, WidthsFixture};
 
-    /// xorshift64*: deterministic inputs without a dependency.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-    }
+    use opu_rtl::testing::Rng;
 
     type Block = Vec<([u8; 2], i16)>;
 
@@ -127,7 +102,7 @@ mod models {
     /// A random block: 32 columns, or (1 in 8) any depth the packing allows; columns uniform, or (1 in 4
     /// blocks) drawn from the extremes.
     fn random_block(rng: &mut Rng) -> Block {
-        let r = rng.next();
+        let r = rng.next_u64();
         let n = if r.is_multiple_of(8) {
             1 + (r >> 8) as usize % W4X2U_MAX_DEPTH
         } else {
@@ -136,7 +111,7 @@ mod models {
         let extreme = (r >> 3).is_multiple_of(4);
         (0..n)
             .map(|_| {
-                let c = rng.next();
+                let c = rng.next_u64();
                 if extreme {
                     let w = |b: u64| if b & 1 == 1 { 15u8 } else { 0 };
                     (
@@ -211,7 +186,7 @@ mod models {
         }
         let mut rng = Rng(0x5151_0304_0001);
         for _ in 0..1_000_000 {
-            let r = rng.next();
+            let r = rng.next_u64();
             let x = ((r >> 16) & 0xfff) as i16 - 2048;
             inputs.push((
                 [(r & 15) as u8, ((r >> 4) & 15) as u8, ((r >> 8) & 15) as u8],
@@ -241,7 +216,7 @@ mod models {
     }
 
     fn rand_words(rng: &mut Rng, n: usize) -> Vec<u32> {
-        (0..n).map(|_| rng.next() as u32).collect()
+        (0..n).map(|_| rng.next_u64() as u32).collect()
     }
 
     /// `w` as a `bits`-bit value (top bits cleared).
@@ -273,7 +248,7 @@ mod models {
         m.eval();
         let c0 = m.count();
         for i in 0..20_000u64 {
-            let r = [rng.next(), rng.next(), rng.next(), rng.next()];
+            let r = [rng.next_u64(), rng.next_u64(), rng.next_u64(), rng.next_u64()];
             let r128 = (u128::from(r[1]) << 64) | u128::from(r[0]);
             let a256 = rand_words(&mut rng, 8);
             let s300 = rand_words(&mut rng, 10);
@@ -377,7 +352,7 @@ mod models {
         let mut rng = Rng(0x5151_d1a0_0001);
         let cols: Vec<[u32; 4]> = (0..320_000)
             .map(|j| {
-                let r = rng.next();
+                let r = rng.next_u64();
                 [
                     u32::from(j % 32 == 0),
                     (r & 15) as u32,

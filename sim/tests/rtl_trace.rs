@@ -5,24 +5,9 @@
 //! Without the models (opu-sim built without verilator on PATH) every test prints SKIPPED and passes,
 //! unless `REQUIRE_VERILATOR=1`, which makes it a failure.
 
-use opu_sim::rtl;
+mod common;
 
-/// True if the models are built; otherwise panics under `REQUIRE_VERILATOR=1` or prints SKIPPED.
-fn models_or_skip(what: &str) -> bool {
-    if rtl::available() {
-        return true;
-    }
-    if std::env::var("REQUIRE_VERILATOR").as_deref() == Ok("1") {
-        panic!(
-            "{what}: opu-sim was built without the Verilator models (no verilator on PATH at build time) \
-             and REQUIRE_VERILATOR=1"
-        );
-    }
-    eprintln!(
-        "SKIPPED {what}: opu-sim was built without the Verilator models (no verilator on PATH)"
-    );
-    false
-}
+use common::models_or_skip;
 
 #[test]
 fn dsp_acc_w4x2_waveform_matches_the_model() {
@@ -57,17 +42,7 @@ mod traces {
 
     const HALF: u64 = VCD_PERIOD_PS / 2;
 
-    /// xorshift64*: deterministic inputs without a dependency.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-    }
+    use opu_rtl::testing::Rng;
 
     /// A fresh directory for one test's files.
     fn scratch(test: &str) -> PathBuf {
@@ -216,7 +191,7 @@ mod traces {
         // (cycle, inputs [first, w0, w1, x], outputs [s0, s1] read after the tick)
         let mut log = Vec::new();
         for j in 0..N {
-            let r = rng.next();
+            let r = rng.next_u64();
             let inputs = [
                 u64::from(j % 8 == 0),
                 r & 15,
@@ -412,7 +387,7 @@ mod traces {
                 let mut rng = Rng(seed);
                 let mut sums = Vec::new();
                 for j in 0..20_000u32 {
-                    let r = rng.next();
+                    let r = rng.next_u64();
                     m.set_port_words(idx("first"), &[u32::from(j % 32 == 0)]);
                     m.set_port_words(idx("w0"), &[(r & 15) as u32]);
                     m.set_port_words(idx("w1"), &[((r >> 4) & 15) as u32]);
