@@ -24,7 +24,8 @@
 //! row, shared by the d-term and (a cycle later) the m-term: a block takes two cycles anyway.
 //!
 //! - [`LaneProducts`]: the 16 DSPs and the adder tree (4 register stages).
-//! - [`LaneEpilogue`]: half-block sum, extraction, terms, accumulators (4 more register stages).
+//! - [`LaneEpilogue`]: half-block sum, extraction, terms, accumulators (5 more register stages for W4Min's
+//!   m-terms, 4 for the d-terms).
 //! - [`Lane`]: both. [`LANE_LATENCY`] edges from a block's last half to its accumulators.
 //!
 //! Each leaf's `update()` (what rust-hdl simulates) is written with [`packing`] and
@@ -49,8 +50,8 @@ pub const X_BITS: usize = 16;
 pub const X_BUS: usize = LANE_DSPS * X_BITS;
 /// The weight bus: per DSP 8 bits (W4: row 0's nibble low, row 1's high; W8: the selected row's int8).
 pub const W_BUS: usize = LANE_DSPS * 8;
-/// Width of the accumulators ([`opu_hw::numerics::acc::ACC_BITS`]).
-pub const ACC_BITS: usize = 96;
+/// Width of the accumulators (opu-hw's).
+pub const ACC_BITS: usize = opu_hw::numerics::acc::ACC_BITS as usize;
 /// Width of `S_a` (|S_a| <= 32 * 32767 < 2^20).
 pub const SA_BITS: usize = 21;
 /// Register stages of [`LaneProducts`] (input, P, tree 16->4, tree 4->1).
