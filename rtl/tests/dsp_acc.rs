@@ -1,9 +1,10 @@
 //! The accumulating w4x2u DSP block (`opu_rtl::acc::PackedMacW4x2`): rust-hdl simulation vs the plain integer
-//! row sums and opu_hw's packing model, emitted Verilog, Verilator lint and co-simulation, yosys DSP48E2 count.
+//! row sums and opu_hw's packing model, emitted Verilog, Verilator lint, yosys DSP48E2 count. The Verilator
+//! co-simulation is in opu-sim (tests/rtl_models.rs).
 
 mod common;
 
-use common::{have_tool, lint, scratch, verilator_cosim, Rng};
+use common::{have_tool, lint, scratch, Rng};
 use opu_hw::numerics::packing::{w4x2u_accumulate, W4X2U_MAX_DEPTH};
 use opu_rtl::acc::{packed_mac_w4x2_top, PackedMacW4x2, BLOCK_COLUMNS};
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64};
@@ -194,75 +195,3 @@ fn yosys_maps_to_one_dsp48e2() {
     assert!(r.ff <= 51, "{} flip-flops: {r:?}", r.ff);
     let _ = std::fs::remove_dir_all(&d);
 }
-
-/// (d) Co-simulation: the emitted Verilog in Verilator, blocks back to back, equals w4x2u_accumulate (and the
-/// plain sums) on the extreme blocks and 100k random blocks of 32.
-#[test]
-fn verilator_cosim_matches_packing_model() {
-    if !have_tool("verilator", "verilator co-simulation") {
-        return;
-    }
-    let top = top_name(UNIT).unwrap();
-    let d = scratch("acc-cosim");
-    std::fs::write(d.join(format!("{top}.v")), emit_verilog(UNIT).unwrap()).unwrap();
-    let blocks = all_blocks(100_000, 0xacc0_0003);
-    let mut vec = String::with_capacity(blocks.len() * BLOCK_COLUMNS * 14);
-    for b in &blocks {
-        let s = w4x2u_accumulate(b);
-        assert_eq!(s, plain_sums(b));
-        for &(w, x) in b {
-            vec.push_str(&format!("{} {} {} ", w[0], w[1], x));
-        }
-        vec.push_str(&format!("{} {}\n", s[0], s[1]));
-    }
-    std::fs::write(d.join("vectors.txt"), vec).unwrap();
-    std::fs::write(
-        d.join("tb.cpp"),
-        COSIM_TB
-            .replace("TOP", top)
-            .replace("NCOLS", &BLOCK_COLUMNS.to_string()),
-    )
-    .unwrap();
-    let out = verilator_cosim(&d, top, &[]);
-    assert!(
-        out.contains(&format!("checked {} mismatches 0", blocks.len())),
-        "{out}"
-    );
-    let _ = std::fs::remove_dir_all(&d);
-}
-
-const COSIM_TB: &str = r#"
-#include "VTOP.h"
-#include "verilated.h"
-#include <cstdio>
-#include <cstdlib>
-#include <cstdint>
-static long sext26(uint32_t v) { return (long)(((int32_t)(v << 6)) >> 6); }
-int main(int argc, char** argv) {
-    Verilated::commandArgs(argc, argv);
-    VTOP* m = new VTOP;
-    FILE* f = fopen(getenv("VECTORS"), "r");
-    if (!f) { printf("no vectors\n"); return 2; }
-    long n = 0, bad = 0;
-    m->clock = 0; m->eval();
-    for (;;) {
-        unsigned w0, w1; int x; long s0, s1; bool ok = true;
-        for (int j = 0; j < NCOLS; j++) {
-            if (fscanf(f, "%u %u %d", &w0, &w1, &x) != 3) { ok = false; break; }
-            m->first = (j == 0); m->w0 = w0; m->w1 = w1; m->x = (uint16_t)x;
-            m->clock = 0; m->eval();
-            m->clock = 1; m->eval();
-        }
-        if (!ok || fscanf(f, "%ld %ld", &s0, &s1) != 2) break;
-        long g0 = sext26(m->s0), g1 = sext26(m->s1);
-        if (g0 != s0 || g1 != s1) {
-            if (bad < 10) printf("mismatch block %ld: got %ld %ld want %ld %ld\n", n, g0, g1, s0, s1);
-            bad++;
-        }
-        n++;
-    }
-    printf("checked %ld mismatches %ld\n", n, bad);
-    m->final(); delete m;
-    return (bad != 0 || n == 0) ? 1 : 0;
-}
-"#;

@@ -1,9 +1,9 @@
 //! The w4x2u DSP block: rust-hdl simulation vs opu_hw's packing model, emitted Verilog, Verilator lint,
-//! yosys DSP48E2 count.
+//! yosys DSP48E2 count. The Verilator co-simulation is in opu-sim (tests/rtl_models.rs).
 
 mod common;
 
-use common::{have_tool, lint, scratch, verilator_cosim, Rng};
+use common::{have_tool, lint, scratch, Rng};
 use opu_hw::numerics::packing::w4x2u_products;
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64, MulW4x2};
 use opu_rtl::emit::{emit_verilog, mul_w4x2_top, top_name};
@@ -106,64 +106,3 @@ fn yosys_maps_to_one_dsp48e2() {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
-
-/// Co-simulation: the emitted Verilog, compiled by Verilator, equals w4x2u_products on the extremes and
-/// 200k random inputs (vectors from the Rust model, compared by a small C++ testbench).
-#[test]
-fn verilator_cosim_matches_packing_model() {
-    if !have_tool("verilator", "verilator co-simulation") {
-        return;
-    }
-    let top = top_name("dsp_w4x2").unwrap();
-    let d = scratch("cosim");
-    std::fs::write(
-        d.join(format!("{top}.v")),
-        emit_verilog("dsp_w4x2").unwrap(),
-    )
-    .unwrap();
-    let ins = inputs(200_000, 0x5eed_0002);
-    let mut vec = String::with_capacity(ins.len() * 32);
-    for &(w, x) in &ins {
-        let y = w4x2u_products(w, x);
-        vec.push_str(&format!("{} {} {} {} {}\n", w[0], w[1], x, y[0], y[1]));
-    }
-    std::fs::write(d.join("vectors.txt"), vec).unwrap();
-    std::fs::write(d.join("tb.cpp"), COSIM_TB.replace("TOP", top)).unwrap();
-    let out = verilator_cosim(&d, top, &[]);
-    assert!(
-        out.contains(&format!("checked {} mismatches 0", ins.len())),
-        "{out}"
-    );
-    let _ = std::fs::remove_dir_all(&d);
-}
-
-const COSIM_TB: &str = r#"
-#include "VTOP.h"
-#include "verilated.h"
-#include <cstdio>
-#include <cstdlib>
-#include <cstdint>
-static int32_t sext20(uint32_t v) { return ((int32_t)(v << 12)) >> 12; }
-int main(int argc, char** argv) {
-    Verilated::commandArgs(argc, argv);
-    VTOP* m = new VTOP;
-    FILE* f = fopen(getenv("VECTORS"), "r");
-    if (!f) { printf("no vectors\n"); return 2; }
-    unsigned w0, w1; int x, y0, y1; long n = 0, bad = 0;
-    m->clock = 0; m->eval();
-    while (fscanf(f, "%u %u %d %d %d", &w0, &w1, &x, &y0, &y1) == 5) {
-        m->w0 = w0; m->w1 = w1; m->x = (uint16_t)x;
-        m->clock = 0; m->eval();
-        m->clock = 1; m->eval();
-        int g0 = sext20(m->y0), g1 = sext20(m->y1);
-        if (g0 != y0 || g1 != y1) {
-            if (bad < 10) printf("mismatch w %u %u x %d: got %d %d want %d %d\n", w0, w1, x, g0, g1, y0, y1);
-            bad++;
-        }
-        n++;
-    }
-    printf("checked %ld mismatches %ld\n", n, bad);
-    m->final(); delete m;
-    return (bad != 0 || n == 0) ? 1 : 0;
-}
-"#;

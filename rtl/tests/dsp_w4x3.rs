@@ -1,10 +1,10 @@
 //! The overpacked w4x3u DSP block (`opu_rtl::dsp3::MulW4x3`): rust-hdl simulation vs opu_hw's packing model
-//! and the exact products, emitted Verilog, Verilator lint, Verilator co-simulation exhaustive over all 2^24
-//! inputs, yosys DSP48E2 count.
+//! and the exact products, emitted Verilog, Verilator lint, yosys DSP48E2 count. The Verilator co-simulation,
+//! exhaustive over all 2^24 inputs, is in opu-sim (tests/rtl_models.rs).
 
 mod common;
 
-use common::{have_tool, lint, scratch, verilator_cosim, Rng};
+use common::{have_tool, lint, scratch, Rng};
 use opu_hw::numerics::packing::{lut_mul_lo, unpack_fields, w4x3u_products, W4X3_STRIDE, W4X3_T};
 use opu_rtl::dsp::{i64_to_signed, signed_to_i64};
 use opu_rtl::dsp3::{mul_w4x3_top, MulW4x3};
@@ -146,55 +146,3 @@ fn yosys_maps_to_one_dsp48e2() {
     assert_eq!(r.packing_factor.w4_min, Some(3.0));
     let _ = std::fs::remove_dir_all(&d);
 }
-
-/// Co-simulation: the emitted Verilog, compiled by Verilator, equals the plain integer products `x * w_i`
-/// on every one of the 2^24 inputs (w0, w1, w2 in 0..=15, x in -2048..=2047), generated and checked in the
-/// C++ testbench.
-#[test]
-fn verilator_cosim_exhaustive() {
-    if !have_tool("verilator", "verilator co-simulation") {
-        return;
-    }
-    let top = top_name(UNIT).unwrap();
-    let d = scratch("cosim-dsp_w4x3");
-    std::fs::write(d.join(format!("{top}.v")), emit_verilog(UNIT).unwrap()).unwrap();
-    std::fs::write(d.join("tb.cpp"), COSIM_TB.replace("TOP", top)).unwrap();
-    let out = verilator_cosim(&d, top, &["-O3", "-CFLAGS", "-O2"]);
-    assert!(
-        out.contains(&format!("checked {} mismatches 0", 1u64 << 24)),
-        "{out}"
-    );
-    let _ = std::fs::remove_dir_all(&d);
-}
-
-const COSIM_TB: &str = r#"
-#include "VTOP.h"
-#include "verilated.h"
-#include <cstdio>
-#include <cstdint>
-static int32_t sext16(uint32_t v) { return (int32_t)(int16_t)(uint16_t)v; }
-int main(int argc, char** argv) {
-    Verilated::commandArgs(argc, argv);
-    VTOP* m = new VTOP;
-    long n = 0, bad = 0;
-    m->clock = 0; m->eval();
-    for (int x = -2048; x <= 2047; x++) {
-        for (int w = 0; w < 4096; w++) {
-            int w0 = w & 15, w1 = (w >> 4) & 15, w2 = w >> 8;
-            m->w0 = w0; m->w1 = w1; m->w2 = w2; m->x = (uint16_t)x & 0xfff;
-            m->clock = 0; m->eval();
-            m->clock = 1; m->eval();
-            int g0 = sext16(m->y0), g1 = sext16(m->y1), g2 = sext16(m->y2);
-            if (g0 != x * w0 || g1 != x * w1 || g2 != x * w2) {
-                if (bad < 10) printf("mismatch w %d %d %d x %d: got %d %d %d want %d %d %d\n",
-                                     w0, w1, w2, x, g0, g1, g2, x * w0, x * w1, x * w2);
-                bad++;
-            }
-            n++;
-        }
-    }
-    printf("checked %ld mismatches %ld\n", n, bad);
-    m->final(); delete m;
-    return (bad != 0 || n == 0) ? 1 : 0;
-}
-"#;

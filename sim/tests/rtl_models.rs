@@ -17,6 +17,13 @@ fn dsp_acc_w4x2_matches_w4x2u_accumulate() {
 }
 
 #[test]
+fn dsp_w4x2_matches_w4x2u_products() {
+    if models_or_skip("dsp_w4x2 vs w4x2u_products") {
+        models::dsp_w4x2();
+    }
+}
+
+#[test]
 fn dsp_w4x3_matches_w4x3u_products() {
     if models_or_skip("dsp_w4x3 vs w4x3u_products") {
         #[cfg(has_verilator)]
@@ -42,8 +49,8 @@ fn dynamic_interface_and_send() {
 
 #[cfg(has_verilator)]
 mod models {
-    use opu_hw::numerics::packing::{w4x2u_accumulate, w4x3u_products, W4X2U_MAX_DEPTH};
-    use opu_sim::rtl::{self, DspAccW4x2, DspW4x3, PortDir, RtlModel, WidthsFixture};
+    use opu_hw::numerics::packing::{w4x2u_accumulate, w4x2u_products, w4x3u_products, W4X2U_MAX_DEPTH};
+    use opu_sim::rtl::{self, DspAccW4x2, DspW4x2, DspW4x3, PortDir, RtlModel, WidthsFixture};
 
     use opu_rtl::testing::Rng;
 
@@ -136,7 +143,7 @@ mod models {
         let t = std::time::Instant::now();
         for i in 0.. {
             if i >= n_edge {
-                if columns >= 1_100_000 {
+                if i - n_edge >= 115_000 {
                     break;
                 }
                 blocks.push(random_block(&mut rng));
@@ -170,32 +177,14 @@ mod models {
         assert_eq!(w4x2u_accumulate(&worst), [-15_728_640, -15_728_640]);
     }
 
-    /// One input per cycle; the products of an input are on y0..y2 after the edge that took it.
+    /// One input per cycle; the products of an input are on y0..y2 after the edge that took it. Every one of
+    /// the 2^24 inputs (w0, w1, w2 in 0..=15, x in -2048..=2047), against the model and the plain products.
     pub fn dsp_w4x3() {
-        let ws = [0u8, 1, 7, 8, 14, 15];
-        let xs = [-2048i16, -2047, -31, -1, 0, 1, 31, 2046, 2047];
-        let mut inputs = Vec::new();
-        for &w0 in &ws {
-            for &w1 in &ws {
-                for &w2 in &ws {
-                    for &x in &xs {
-                        inputs.push(([w0, w1, w2], x));
-                    }
-                }
-            }
-        }
-        let mut rng = Rng(0x5151_0304_0001);
-        for _ in 0..1_000_000 {
-            let r = rng.next_u64();
-            let x = ((r >> 16) & 0xfff) as i16 - 2048;
-            inputs.push((
-                [(r & 15) as u8, ((r >> 4) & 15) as u8, ((r >> 8) & 15) as u8],
-                x,
-            ));
-        }
+        let inputs = (-2048i16..=2047).flat_map(|x| (0u32..4096).map(move |w| ([(w & 15) as u8, ((w >> 4) & 15) as u8, (w >> 8) as u8], x)));
         let mut m = DspW4x3::new();
         let t = std::time::Instant::now();
-        for (i, &(w, x)) in inputs.iter().enumerate() {
+        let mut n = 0u64;
+        for (i, (w, x)) in inputs.enumerate() {
             m.set_w0(u64::from(w[0]));
             m.set_w1(u64::from(w[1]));
             m.set_w2(u64::from(w[2]));
@@ -207,12 +196,42 @@ mod models {
                 got, want,
                 "input {i}: w {w:?} x {x}: [y0, y1, y2] = {got:?}, want {want:?}"
             );
+            assert_eq!(want, w.map(|wi| i64::from(wi) * i64::from(x)));
+            n += 1;
         }
-        eprintln!(
-            "dsp_w4x3: {} inputs checked in {:?}",
-            inputs.len(),
-            t.elapsed()
-        );
+        assert_eq!(n, 1 << 24);
+        eprintln!("dsp_w4x3: all {n} inputs checked in {:?}", t.elapsed());
+    }
+
+    /// One input per cycle; the two products are on y0, y1 after the edge that took it. The extremes, then
+    /// 200k random inputs, against the model and the plain products.
+    pub fn dsp_w4x2() {
+        let ws = [0u8, 1, 14, 15];
+        let xs = [i16::MIN, i16::MIN + 1, -1, 0, 1, i16::MAX - 1, i16::MAX];
+        let mut inputs = Vec::new();
+        for &w0 in &ws {
+            for &w1 in &ws {
+                for &x in &xs {
+                    inputs.push(([w0, w1], x));
+                }
+            }
+        }
+        let mut rng = Rng(0x5151_0204_0001);
+        for _ in 0..200_000 {
+            let r = rng.next_u64();
+            inputs.push(([(r & 15) as u8, ((r >> 4) & 15) as u8], (r >> 16) as i16));
+        }
+        let mut m = DspW4x2::new();
+        for (i, &(w, x)) in inputs.iter().enumerate() {
+            m.set_w0(u64::from(w[0]));
+            m.set_w1(u64::from(w[1]));
+            m.set_x(x as u16 as u64);
+            m.tick();
+            let got = [m.y0_i64(), m.y1_i64()];
+            let want = w4x2u_products(w, x).map(i64::from);
+            assert_eq!(got, want, "input {i}: w {w:?} x {x}");
+            assert_eq!(want, w.map(|wi| i64::from(wi) * i64::from(x)));
+        }
     }
 
     fn rand_words(rng: &mut Rng, n: usize) -> Vec<u32> {

@@ -1,7 +1,8 @@
-//! Shared helpers: external tools (verilator, yosys) with the REQUIRE_VERILATOR rule, scratch dirs.
+//! Shared helpers: external tools (verilator, yosys) with the REQUIRE_VERILATOR rule, scratch dirs. The
+//! Verilator co-simulations run in opu-sim, on the models its build.rs makes.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// True if `tool --version` runs. If it does not and `REQUIRE_VERILATOR=1`, panics (CI must run the check);
@@ -64,31 +65,6 @@ pub fn lint(top: &str, verilog: &str) {
             .arg(&f),
     );
     let _ = std::fs::remove_dir_all(&d);
-}
-
-/// Co-simulation: builds `d/{top}.v` with the C++ testbench `d/tb.cpp` through `verilator --cc --exe --build`
-/// (plus `extra` flags), runs it (with `VECTORS=d/vectors.txt` when that file exists) and returns its output.
-pub fn verilator_cosim(d: &Path, top: &str, extra: &[&str]) -> String {
-    let t = std::time::Instant::now();
-    run_ok(
-        Command::new("verilator")
-            .current_dir(d)
-            .args(["--cc", "--exe", "--build", "-j", "2"])
-            .args(extra)
-            .args(["-Wno-WIDTH", "--top-module", top])
-            .arg(format!("{top}.v"))
-            .arg("tb.cpp"),
-    );
-    let build = t.elapsed();
-    let t = std::time::Instant::now();
-    let mut run = Command::new(d.join("obj_dir").join(format!("V{top}")));
-    let vectors = d.join("vectors.txt");
-    if vectors.exists() {
-        run.env("VECTORS", vectors);
-    }
-    let out = run_ok(&mut run);
-    eprintln!("verilator cosim {top}: build {build:?}, run {:?}, {}", t.elapsed(), out.trim());
-    out
 }
 
 /// xorshift64*: deterministic test inputs without a dependency.
