@@ -173,12 +173,5 @@ impl Logic for PackedMacW4x2 {
 
 /// [`PackedMacW4x2`] ready to simulate or emit (inputs and internals connected).
 pub fn packed_mac_w4x2_top() -> PackedMacW4x2 {
-    let mut uut = PackedMacW4x2::default();
-    uut.clock.connect();
-    uut.first.connect();
-    uut.w0.connect();
-    uut.w1.connect();
-    uut.x.connect();
-    uut.connect_all();
-    uut
+    connect_top!(PackedMacW4x2::default(), clock, first, w0, w1, x)
 }

@@ -172,9 +172,5 @@ end
 
 /// [`Aligner`] ready to simulate or emit.
 pub fn aligner_top(act_mantissa_bits: u32) -> Aligner {
-    let mut uut = Aligner::new(act_mantissa_bits);
-    uut.clock.connect();
-    uut.xf.connect();
-    uut.connect_all();
-    uut
+    connect_top!(Aligner::new(act_mantissa_bits), clock, xf)
 }

@@ -185,12 +185,5 @@ impl Logic for MulW4x3 {
 
 /// [`MulW4x3`] ready to simulate or emit (inputs and internals connected).
 pub fn mul_w4x3_top() -> MulW4x3 {
-    let mut uut = MulW4x3::default();
-    uut.clock.connect();
-    uut.w0.connect();
-    uut.w1.connect();
-    uut.w2.connect();
-    uut.x.connect();
-    uut.connect_all();
-    uut
+    connect_top!(MulW4x3::default(), clock, w0, w1, w2, x)
 }

@@ -101,26 +101,15 @@ impl fmt::Display for EmitError {
 
 impl std::error::Error for EmitError {}
 
-/// Connects the top-level inputs (rust-hdl requires every input to be driven) and the block's internals.
-macro_rules! connect_top {
-    ($uut:ident, $($input:ident),+) => {{
-        $( $uut.$input.connect(); )+
-        $uut.connect_all();
-    }};
-}
 
 /// [`MulW4x2`] ready to simulate or emit (inputs and internals connected).
 pub fn mul_w4x2_top() -> MulW4x2 {
-    let mut uut = MulW4x2::default();
-    connect_top!(uut, clock, w0, w1, x);
-    uut
+    connect_top!(MulW4x2::default(), clock, w0, w1, x)
 }
 
 /// [`PackedMulW4x2`] ready to simulate or emit.
 pub fn packed_mul_w4x2_top() -> PackedMulW4x2 {
-    let mut uut = PackedMulW4x2::default();
-    connect_top!(uut, clock, w0, w1, x);
-    uut
+    connect_top!(PackedMulW4x2::default(), clock, w0, w1, x)
 }
 
 fn checked_verilog<U: Block>(uut: &U) -> Result<String, EmitError> {

@@ -557,12 +557,7 @@ impl Logic for Fp32 {
 
 /// [`Fp32`] ready to simulate or emit.
 pub fn fp32_top() -> Fp32 {
-    let mut uut = Fp32::default();
-    uut.clock.connect();
-    uut.a.connect();
-    uut.b.connect();
-    uut.connect_all();
-    uut
+    connect_top!(Fp32::default(), clock, a, b)
 }
 
 /// FP32 bit patterns of the cases the operators must get right: zeros of both signs, the smallest,

@@ -689,24 +689,5 @@ impl Logic for Lane {
 
 /// [`Lane`] ready to simulate or emit (inputs and internals connected).
 pub fn lane_top() -> Lane {
-    let mut uut = Lane::default();
-    uut.clock.connect();
-    uut.reset.connect();
-    uut.valid.connect();
-    uut.mode.connect();
-    uut.half.connect();
-    uut.row.connect();
-    uut.clear.connect();
-    uut.last.connect();
-    uut.x.connect();
-    uut.w.connect();
-    uut.x_nf.connect();
-    uut.x_exp.connect();
-    uut.sa.connect();
-    uut.d0.connect();
-    uut.m0.connect();
-    uut.d1.connect();
-    uut.m1.connect();
-    uut.connect_all();
-    uut
+    connect_top!(Lane::default(), clock, reset, valid, mode, half, row, clear, last, x, w, x_nf, x_exp, sa, d0, m0, d1, m1)
 }

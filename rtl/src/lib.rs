@@ -16,6 +16,17 @@
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
 
+/// A block ready to simulate or emit: `connect_top!(block, inputs...)` connects the listed top-level inputs
+/// (rust-hdl requires every input to be driven) and the block's internals, and returns it.
+macro_rules! connect_top {
+    ($block:expr, $($input:ident),+) => {{
+        let mut uut = $block;
+        $( uut.$input.connect(); )+
+        uut.connect_all();
+        uut
+    }};
+}
+
 pub mod acc;
 pub mod align;
 pub mod array;

@@ -419,16 +419,5 @@ impl Logic for Reduce {
 
 /// [`Reduce`] ready to simulate or emit.
 pub fn reduce_top() -> Reduce {
-    let mut uut = Reduce::default();
-    uut.clock.connect();
-    uut.reset.connect();
-    uut.sq_valid.connect();
-    uut.sq_clear.connect();
-    uut.sq_x.connect();
-    uut.sm_valid.connect();
-    uut.sm_start.connect();
-    uut.sm_row.connect();
-    uut.score.connect();
-    uut.connect_all();
-    uut
+    connect_top!(Reduce::default(), clock, reset, sq_valid, sq_clear, sq_x, sm_valid, sm_start, sm_row, score)
 }

@@ -124,10 +124,5 @@ end
 
 /// [`Round`] ready to simulate or emit.
 pub fn round_top() -> Round {
-    let mut uut = Round::default();
-    uut.clock.connect();
-    uut.acc.connect();
-    uut.nf.connect();
-    uut.connect_all();
-    uut
+    connect_top!(Round::default(), clock, acc, nf)
 }

@@ -318,17 +318,5 @@ end
 
 /// [`Router`] ready to simulate or emit.
 pub fn router_top() -> Router {
-    let mut uut = Router::default();
-    uut.clock.connect();
-    uut.reset.connect();
-    uut.valid.connect();
-    uut.first.connect();
-    uut.last.connect();
-    uut.x.connect();
-    uut.w0.connect();
-    uut.w1.connect();
-    uut.b0.connect();
-    uut.b1.connect();
-    uut.connect_all();
-    uut
+    connect_top!(Router::default(), clock, reset, valid, first, last, x, w0, w1, b0, b1)
 }

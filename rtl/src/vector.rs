@@ -496,15 +496,7 @@ impl Logic for Vector {
 
 /// [`Vector`] ready to simulate or emit.
 pub fn vector_top() -> Vector {
-    let mut uut = Vector::default();
-    uut.clock.connect();
-    uut.op.connect();
-    uut.a.connect();
-    uut.b.connect();
-    uut.c.connect();
-    uut.d.connect();
-    uut.connect_all();
-    uut
+    connect_top!(Vector::default(), clock, op, a, b, c, d)
 }
 
 /// Stimulus: an FP32 operand, FP16-derived (how the overlay stores activations; infinities, NaN and
