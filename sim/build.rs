@@ -10,6 +10,9 @@
 //! Without a usable verilator (>= 5) on PATH the crate builds without models (`cfg(has_verilator)` unset,
 //! a cargo warning), unless `REQUIRE_VERILATOR=1` (CI), which makes it an error. A verilator that is present
 //! but fails on a unit always fails the build: that is an RTL bug, not a missing tool.
+//!
+//! `OPU_VERILATOR=off` builds without the models even when verilator is on PATH (as if it were missing):
+//! .ci/run uses it to prove that the crate and its tests build and pass on a machine without Verilator.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -80,6 +83,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=REQUIRE_VERILATOR");
     println!("cargo:rerun-if-env-changed=PATH");
+    println!("cargo:rerun-if-env-changed=OPU_VERILATOR");
 
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let require = std::env::var("REQUIRE_VERILATOR").as_deref() == Ok("1");
@@ -147,6 +151,9 @@ fn main() {
 
 /// `Ok("5.006 ...")` if a verilator >= 5 runs, else why not.
 fn verilator_version() -> Result<String, String> {
+    if std::env::var("OPU_VERILATOR").as_deref() == Ok("off") {
+        return Err("OPU_VERILATOR=off".to_string());
+    }
     let o = Command::new("verilator")
         .arg("--version")
         .output()

@@ -17,6 +17,7 @@ pub const IRQ_STATUS: u32 = 0x01C;
 pub const PROG_BASE_LO: u32 = 0x020;
 pub const PROG_BASE_HI: u32 = 0x024;
 pub const PROG_LEN: u32 = 0x028;
+pub const WATCHDOG: u32 = 0x02C;
 pub const ARG0: u32 = 0x040;
 pub const CYCLES_LO: u32 = 0x080;
 pub const INSTRET_LO: u32 = 0x088;
@@ -33,6 +34,15 @@ pub const CFG_PE_LANES: u32 = 0x100;
 pub const CFG_DOT_WIDTH: u32 = 0x104;
 pub const CFG_SCRATCHPAD_BYTES: u32 = 0x108;
 pub const CFG_KV_HISTORY_SLOTS: u32 = 0x10C;
+/// Debug window: scalar register `r[i]` at `DBG_R0 + 4 i`, the predicates, CSR `c` at `DBG_CSR0 + 4 c`, as the
+/// last run left them (co-simulation compares them between the simulators and the RTL).
+pub const DBG_R0: u32 = 0x200;
+pub const DBG_PRED: u32 = 0x240;
+pub const DBG_CSR0: u32 = 0x280;
+/// Number of CSRs in the debug window (`isa::Csr` codes 0..DBG_CSRS).
+pub const DBG_CSRS: u32 = 12;
+/// Bytes of the register window: every offset of the map is below this (the RTL decodes 12 address bits).
+pub const MAP_BYTES: u32 = 0x1000;
 
 /// Value of the `ID` register: "OPU1" in ASCII.
 pub const ID_VALUE: u32 = 0x4F50_5531;
@@ -40,6 +50,8 @@ pub const ID_VALUE: u32 = 0x4F50_5531;
 pub const VERSION_VALUE: u32 = 1 << 16;
 /// Number of argument registers; `ARGn` initializes scalar register `r(8+n)` at the doorbell.
 pub const NUM_ARGS: u32 = 8;
+/// `WATCHDOG` after reset: 2^24 cycles (75 ms at 225 MHz) without progress.
+pub const WATCHDOG_DEFAULT: u32 = 1 << 24;
 /// Conventional argument assignments used by the compiler and runtime.
 pub const ARG_TOKEN: u32 = 0;
 pub const ARG_POS: u32 = 1;
@@ -112,6 +124,7 @@ pub const REGISTERS: &[Register] = &[
     reg!("PROG_BASE_LO", PROG_BASE_LO, Rw, "byte address of instruction 0 in device memory, low word (16-byte aligned)"),
     reg!("PROG_BASE_HI", PROG_BASE_HI, Rw, "byte address of instruction 0, high word"),
     reg!("PROG_LEN", PROG_LEN, Rw, "number of instructions; fetching at pc >= PROG_LEN traps with PC_OUT_OF_RANGE"),
+    reg!("WATCHDOG", WATCHDOG, Rw, "cycles a run may go without progress (no instruction issued, no unit active) before it traps WATCHDOG; 0 disables; 2^24 after reset"),
     reg!("ARG0", ARG0, Rw, "argument 0 -> r8 at the doorbell: token id"),
     reg!("ARG1", ARG0 + 4, Rw, "argument 1 -> r9: position of the (first) token"),
     reg!("ARG2", ARG0 + 8, Rw, "argument 2 -> r10: tokens in this pass"),
@@ -142,6 +155,35 @@ pub const REGISTERS: &[Register] = &[
     reg!("CFG_DOT_WIDTH", CFG_DOT_WIDTH, Ro, "OverlayConfig::dot_width"),
     reg!("CFG_SCRATCHPAD_BYTES", CFG_SCRATCHPAD_BYTES, Ro, "OverlayConfig::scratchpad_bytes"),
     reg!("CFG_KV_HISTORY_SLOTS", CFG_KV_HISTORY_SLOTS, Ro, "OverlayConfig::kv_history_slots"),
+    reg!("DBG_R0", DBG_R0 + 0, Ro, "debug: scalar register r0 as the last run left it"),
+    reg!("DBG_R1", DBG_R0 + 4, Ro, "debug: scalar register r1 as the last run left it"),
+    reg!("DBG_R2", DBG_R0 + 8, Ro, "debug: scalar register r2 as the last run left it"),
+    reg!("DBG_R3", DBG_R0 + 12, Ro, "debug: scalar register r3 as the last run left it"),
+    reg!("DBG_R4", DBG_R0 + 16, Ro, "debug: scalar register r4 as the last run left it"),
+    reg!("DBG_R5", DBG_R0 + 20, Ro, "debug: scalar register r5 as the last run left it"),
+    reg!("DBG_R6", DBG_R0 + 24, Ro, "debug: scalar register r6 as the last run left it"),
+    reg!("DBG_R7", DBG_R0 + 28, Ro, "debug: scalar register r7 as the last run left it"),
+    reg!("DBG_R8", DBG_R0 + 32, Ro, "debug: scalar register r8 as the last run left it"),
+    reg!("DBG_R9", DBG_R0 + 36, Ro, "debug: scalar register r9 as the last run left it"),
+    reg!("DBG_R10", DBG_R0 + 40, Ro, "debug: scalar register r10 as the last run left it"),
+    reg!("DBG_R11", DBG_R0 + 44, Ro, "debug: scalar register r11 as the last run left it"),
+    reg!("DBG_R12", DBG_R0 + 48, Ro, "debug: scalar register r12 as the last run left it"),
+    reg!("DBG_R13", DBG_R0 + 52, Ro, "debug: scalar register r13 as the last run left it"),
+    reg!("DBG_R14", DBG_R0 + 56, Ro, "debug: scalar register r14 as the last run left it"),
+    reg!("DBG_R15", DBG_R0 + 60, Ro, "debug: scalar register r15 as the last run left it"),
+    reg!("DBG_PRED", DBG_PRED, Ro, "debug: predicates p0..p7 in bits 7:0"),
+    reg!("DBG_CSR0", DBG_CSR0 + 0, Ro, "debug: CSR 0 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR1", DBG_CSR0 + 4, Ro, "debug: CSR 1 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR2", DBG_CSR0 + 8, Ro, "debug: CSR 2 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR3", DBG_CSR0 + 12, Ro, "debug: CSR 3 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR4", DBG_CSR0 + 16, Ro, "debug: CSR 4 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR5", DBG_CSR0 + 20, Ro, "debug: CSR 5 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR6", DBG_CSR0 + 24, Ro, "debug: CSR 6 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR7", DBG_CSR0 + 28, Ro, "debug: CSR 7 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR8", DBG_CSR0 + 32, Ro, "debug: CSR 8 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR9", DBG_CSR0 + 36, Ro, "debug: CSR 9 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR10", DBG_CSR0 + 40, Ro, "debug: CSR 10 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR11", DBG_CSR0 + 44, Ro, "debug: CSR 11 (docs/isa.md, CSRs)"),
 ];
 
 /// The register at `offset`, if any.
@@ -168,10 +210,12 @@ pub enum ErrorCode {
     HistoryOverflow = 6,
     /// The run was aborted by SOFT_RESET or by the host's watchdog.
     Aborted = 7,
+    /// The hardware watchdog: no progress for `WATCHDOG` cycles (a unit that never finishes).
+    Watchdog = 8,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::None,
         ErrorCode::IllegalInstruction,
         ErrorCode::PcOutOfRange,
@@ -180,6 +224,7 @@ impl ErrorCode {
         ErrorCode::BadOperand,
         ErrorCode::HistoryOverflow,
         ErrorCode::Aborted,
+        ErrorCode::Watchdog,
     ];
     pub fn from_u32(v: u32) -> Option<Self> {
         Self::ALL.into_iter().find(|c| *c as u32 == v)
@@ -194,6 +239,7 @@ impl ErrorCode {
             ErrorCode::BadOperand => "BAD_OPERAND",
             ErrorCode::HistoryOverflow => "HISTORY_OVERFLOW",
             ErrorCode::Aborted => "ABORTED",
+            ErrorCode::Watchdog => "WATCHDOG",
         }
     }
 }
@@ -224,6 +270,9 @@ mod tests {
         }
         assert!(REGISTERS.iter().all(|r| r.offset % 4 == 0));
         assert_eq!(register_at(ARG0 + 4 * (NUM_ARGS - 1)).unwrap().name, "ARG7");
+        assert_eq!(register_at(DBG_R0 + 4 * 15).unwrap().name, "DBG_R15");
+        assert_eq!(register_at(DBG_CSR0 + 4 * (DBG_CSRS - 1)).unwrap().name, "DBG_CSR11");
+        assert!(REGISTERS.iter().all(|r| r.offset < MAP_BYTES));
     }
 
     #[test]

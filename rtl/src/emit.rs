@@ -71,6 +71,21 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "opu_reduce",
         "reduction unit: sum of squares into a 96-bit accumulator (and its FP32 rounding), online-softmax state (max, c, p, l)",
     ),
+    (
+        "core",
+        "opu_core",
+        "controller core (rust-hdl HDL): fetch, decode from the ISA's tables, scalar unit, predicates, CSRs, issue with a scoreboard, traps, watchdog",
+    ),
+    (
+        "mmio",
+        "opu_mmio",
+        "MMIO register file of docs/registers.md (rust-hdl HDL): doorbell, status, IRQ, arguments, counters with HI latches, debug window",
+    ),
+    (
+        "dma",
+        "opu_dma",
+        "DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory lines and the 8-bank scratchpad, checked like the functional simulator",
+    ),
 ];
 
 /// Why [`emit_verilog`] failed.
@@ -181,6 +196,9 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         "fp32" => checked_verilog(&crate::fp32::fp32_top())?,
         "vector" => checked_verilog(&crate::vector::vector_top())?,
         "reduce" => checked_verilog(&crate::reduce::reduce_top())?,
+        "core" => checked_verilog(&crate::ctrl::core::core_top(cfg))?,
+        "mmio" => checked_verilog(&crate::ctrl::mmio::mmio_top(cfg))?,
+        "dma" => checked_verilog(&crate::dma::dma_top(cfg))?,
         "round" => checked_verilog(&crate::round::round_top())?,
         // Structural: rust-hdl ports have compile-time widths, the array's depend on the config.
         "array" => {

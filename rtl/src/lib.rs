@@ -12,6 +12,10 @@
 //! - [`fp32`]: IEEE binary32 add/subtract/multiply in Verilog and the dataflow pipeliner built on them.
 //! - [`vector`]: the vector lane (element-wise ops, exp/rsqrt/recip/sigmoid/SiLU, RMSNorm, RoPE, axpby).
 //! - [`reduce`]: the reduction unit (sum of squares, online-softmax state).
+//! - [`ctrl`]: the control in rust-hdl's own HDL: the MMIO register file, the controller core (fetch, decode,
+//!   scalar unit, issue with a scoreboard, traps, watchdog) and the decoder tables built from the ISA.
+//! - [`dma`]: the DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory and the 8-bank
+//!   scratchpad.
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
@@ -30,6 +34,8 @@ macro_rules! connect_top {
 pub mod acc;
 pub mod align;
 pub mod array;
+pub mod ctrl;
+pub mod dma;
 pub mod dsp;
 pub mod dsp3;
 pub mod emit;

@@ -28,7 +28,6 @@ use crate::fp32::{fp_op_verilog, FpOp, Graph, FADD_LATENCY, FMUL_LATENCY, FP32_V
 use crate::lane::{acc_bits, ModelState, ACC_BITS};
 use crate::vector::{approx_verilog, exp_graph};
 use opu_hw::numerics::acc::WideAcc;
-use opu_hw::numerics::approx::exp;
 use opu_hw::numerics::fp16::canon_f32;
 use opu_hw::numerics::vector::{accumulate_square, OnlineSoftmax};
 use rust_hdl::prelude::*;
@@ -50,12 +49,8 @@ pub const ROW_BITS: usize = 4;
 /// `state` (whose `out` rows are empty). `l` (NaN canonical) and `m` are `OnlineSoftmax::push`'s; `c` and `p` are the
 /// factors it applies to the output rows (`o * c + p * v`), computed as it computes them.
 pub fn softmax_step(state: &mut OnlineSoftmax, s: f32) -> (f32, f32, f32, f32) {
-    let old = state.max;
-    state.push(s, &[]);
-    let m = state.max;
-    let c = if m == old { 1.0 } else { exp(old - m) };
-    let p = exp(s - m);
-    (c, p, canon_f32(state.sum), m)
+    let (c, p) = state.step(s);
+    (c, p, canon_f32(state.sum), state.max)
 }
 
 struct Built {

@@ -34,21 +34,8 @@ const ACC_TO_OUT: usize = 4;
 /// A vector whose last beat entered at edge `t` has its logits out after edge `t + ROUTER_LATENCY - 1`.
 pub const ROUTER_LATENCY: usize = TO_ACC + 1 + ACC_TO_OUT;
 
-/// The router's decision from its two logits: skip when `l_skip > l_execute` (false if either is NaN).
-pub fn decide(l_execute: f32, l_skip: f32) -> bool {
-    l_skip > l_execute
-}
-
-/// What the router computes for one vector (the reference the tests compare with).
-pub fn route(x: &[u16], w_execute: &[u16], w_skip: &[u16], b: [u16; 2]) -> (f32, f32, bool) {
-    let logit = |w: &[u16], b: u16| {
-        let mut acc = dot::dot_f16(x, w);
-        acc.add_f16(b);
-        acc.to_f32()
-    };
-    let (l0, l1) = (logit(w_execute, b[0]), logit(w_skip, b[1]));
-    (l0, l1, decide(l0, l1))
-}
+/// The rules this unit implements (the logits and the decision): `opu_hw::numerics::router`.
+pub use opu_hw::numerics::router::{decide, route};
 
 /// Packs up to 8 FP16 values (zero-padded) into a beat bus.
 pub fn f16_bus(v: &[u16]) -> Bits<F16_BUS> {

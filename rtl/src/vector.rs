@@ -26,124 +26,16 @@ use crate::fp32::{Graph, Val, FP32_VERILOG};
 use crate::lane::ModelState;
 use crate::testing::Rng;
 use opu_hw::numerics::approx::{
-    self, EXP2_HI, EXP2_LO, EXP_C_HI, EXP_C_LO, EXP_HI, EXP_INV_C, EXP_LO, EXP_P3, RECIP_SEED, ROUND_SHIFTER,
+    EXP2_HI, EXP2_LO, EXP_C_HI, EXP_C_LO, EXP_HI, EXP_INV_C, EXP_LO, EXP_P3, RECIP_SEED, ROUND_SHIFTER,
     RSQRT_SEED,
 };
 use opu_hw::numerics::fp16::f16_to_f32;
-use opu_hw::numerics::vector::{axpby, rms_inv_f32, rmsnorm_elem, rope_pair, VecOp};
 use rust_hdl::prelude::*;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-/// The lane's operations; codes 0..=5 are [`VecOp::code`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum LaneOp {
-    /// a + b
-    Add = 0,
-    /// a * b
-    Mul = 1,
-    /// silu(a)
-    Silu = 2,
-    /// silu(a) * b
-    SwiGlu = 3,
-    /// a (NaN canonical)
-    Copy = 4,
-    /// a * b (b = the immediate)
-    Scale = 5,
-    /// exp(a)
-    Exp = 6,
-    /// rsqrt(a)
-    Rsqrt = 7,
-    /// recip(a)
-    Recip = 8,
-    /// sigmoid(a)
-    Sigmoid = 9,
-    /// `rmsnorm_elem(a, b, c)` = (a * b) * c (x, inv, g)
-    RmsNorm = 10,
-    /// `rope_pair(a, b, c, d)` -> (y0, y1) (x0, x1, cos, sin)
-    Rope = 11,
-    /// a * b + c * d (the online-softmax update `o * c + p * v`)
-    Axpby = 12,
-    /// rsqrt(a * recip(b) + c): `rms_inv` with a = the sum of squares rounded to FP32, b = n, c = eps
-    RmsInv = 13,
-}
-
-impl LaneOp {
-    pub const ALL: [LaneOp; 14] = [
-        LaneOp::Add,
-        LaneOp::Mul,
-        LaneOp::Silu,
-        LaneOp::SwiGlu,
-        LaneOp::Copy,
-        LaneOp::Scale,
-        LaneOp::Exp,
-        LaneOp::Rsqrt,
-        LaneOp::Recip,
-        LaneOp::Sigmoid,
-        LaneOp::RmsNorm,
-        LaneOp::Rope,
-        LaneOp::Axpby,
-        LaneOp::RmsInv,
-    ];
-
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
-    pub fn from_code(c: u8) -> Option<Self> {
-        Self::ALL.get(usize::from(c)).copied()
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LaneOp::Add => "add",
-            LaneOp::Mul => "mul",
-            LaneOp::Silu => "silu",
-            LaneOp::SwiGlu => "swiglu",
-            LaneOp::Copy => "copy",
-            LaneOp::Scale => "scale",
-            LaneOp::Exp => "exp",
-            LaneOp::Rsqrt => "rsqrt",
-            LaneOp::Recip => "recip",
-            LaneOp::Sigmoid => "sigmoid",
-            LaneOp::RmsNorm => "rmsnorm",
-            LaneOp::Rope => "rope",
-            LaneOp::Axpby => "axpby",
-            LaneOp::RmsInv => "rms_inv",
-        }
-    }
-
-    /// The lane op of a `VOP` operation (same code).
-    pub fn from_vec_op(op: VecOp) -> Self {
-        Self::from_code(op.code()).expect("VecOp codes are lane op codes")
-    }
-
-    /// Whether `y1` carries a result (RoPE's second element); it is +0 otherwise.
-    pub fn has_y1(self) -> bool {
-        self == LaneOp::Rope
-    }
-
-    /// What the lane computes (the model): the opu-hw function of the op, as `(y0, y1)`.
-    pub fn apply(self, a: f32, b: f32, c: f32, d: f32) -> (f32, f32) {
-        let y0 = match self {
-            LaneOp::Add | LaneOp::Mul | LaneOp::Silu | LaneOp::SwiGlu | LaneOp::Copy | LaneOp::Scale => {
-                let op = VecOp::from_code(self.code()).expect("vec op");
-                op.apply(a, b, b)
-            }
-            LaneOp::Exp => approx::exp(a),
-            LaneOp::Rsqrt => approx::rsqrt(a),
-            LaneOp::Recip => approx::recip(a),
-            LaneOp::Sigmoid => approx::sigmoid(a),
-            LaneOp::RmsNorm => rmsnorm_elem(a, b, c),
-            LaneOp::Rope => return rope_pair(a, b, c, d),
-            LaneOp::Axpby => axpby(a, b, c, d),
-            LaneOp::RmsInv => rms_inv_f32(a, b, c),
-        };
-        (y0, 0.0)
-    }
-}
+pub use opu_hw::numerics::vector::LaneOp;
 
 
 /// `name(i)`: the FP32 table `t` as a Verilog function (a ROM in LUTs).
@@ -523,13 +415,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn op_codes_extend_vec_op() {
-        for op in VecOp::ALL {
-            assert_eq!(LaneOp::from_vec_op(op).name(), op.name());
-        }
-        for op in LaneOp::ALL {
-            assert_eq!(LaneOp::from_code(op.code()), Some(op));
-        }
+    fn op_placeholders_are_opu_hw_lane_op_codes() {
         assert_eq!(ops("@RMS_INV @RMSNORM @SILU @SWIGLU"), "4'd13 4'd10 4'd2 4'd3");
     }
 }

@@ -19,6 +19,7 @@ fn dsp_acc_w4x2_matches_w4x2u_accumulate() {
 #[test]
 fn dsp_w4x2_matches_w4x2u_products() {
     if models_or_skip("dsp_w4x2 vs w4x2u_products") {
+        #[cfg(has_verilator)]
         models::dsp_w4x2();
     }
 }

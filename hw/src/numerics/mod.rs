@@ -10,7 +10,9 @@
 //! - [`dot`]: hybrid block dot products and FP16 x FP16 dot products.
 //! - [`packing`]: packed multiplies on 27x18 DSP multipliers and their correction terms.
 //! - [`approx`]: exp, rsqrt, reciprocal, sigmoid, SiLU.
-//! - [`vector`]: the vector unit: element-wise ops, RMSNorm, RoPE, online softmax, argmax.
+//! - [`router`]: the router's logits and skip decision (`route`).
+//! - [`vector`]: the vector unit: element-wise ops, the vector lane's op codes, RMSNorm, RoPE, online softmax,
+//!   argmax.
 //! - [`fixed`]: 16-bit fixed point for CNNs (CNNA): requantization, convolution, max-pooling.
 
 pub mod acc;
@@ -20,6 +22,7 @@ pub mod dot;
 pub mod fixed;
 pub mod fp16;
 pub mod packing;
+pub mod router;
 pub mod vector;
 pub mod weights;
 

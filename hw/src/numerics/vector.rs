@@ -7,7 +7,7 @@
 
 use super::acc::WideAcc;
 use super::dot::F16Split;
-use super::approx::{exp, recip, rsqrt, silu};
+use super::approx::{exp, recip, rsqrt, sigmoid, silu};
 use super::fp16::{canon_f32, f16_to_f32, f32_to_f16};
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +125,116 @@ impl VecOp {
     }
 }
 
+/// The operations of one vector lane (the RTL `vector` unit's op codes); codes 0..=5 are [`VecOp::code`].
+/// [`LaneOp::apply`] is what a lane computes for each: the functions of this module and of `approx`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum LaneOp {
+    /// a + b
+    Add = 0,
+    /// a * b
+    Mul = 1,
+    /// silu(a)
+    Silu = 2,
+    /// silu(a) * b
+    SwiGlu = 3,
+    /// a (NaN canonical)
+    Copy = 4,
+    /// a * b (b = the immediate)
+    Scale = 5,
+    /// exp(a)
+    Exp = 6,
+    /// rsqrt(a)
+    Rsqrt = 7,
+    /// recip(a)
+    Recip = 8,
+    /// sigmoid(a)
+    Sigmoid = 9,
+    /// `rmsnorm_elem(a, b, c)` = (a * b) * c (x, inv, g)
+    RmsNorm = 10,
+    /// `rope_pair(a, b, c, d)` -> (y0, y1) (x0, x1, cos, sin)
+    Rope = 11,
+    /// a * b + c * d (the online-softmax update `o * c + p * v`)
+    Axpby = 12,
+    /// rsqrt(a * recip(b) + c): `rms_inv` with a = the sum of squares rounded to FP32, b = n, c = eps
+    RmsInv = 13,
+}
+
+impl LaneOp {
+    pub const ALL: [LaneOp; 14] = [
+        LaneOp::Add,
+        LaneOp::Mul,
+        LaneOp::Silu,
+        LaneOp::SwiGlu,
+        LaneOp::Copy,
+        LaneOp::Scale,
+        LaneOp::Exp,
+        LaneOp::Rsqrt,
+        LaneOp::Recip,
+        LaneOp::Sigmoid,
+        LaneOp::RmsNorm,
+        LaneOp::Rope,
+        LaneOp::Axpby,
+        LaneOp::RmsInv,
+    ];
+
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(c: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(c)).copied()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LaneOp::Add => "add",
+            LaneOp::Mul => "mul",
+            LaneOp::Silu => "silu",
+            LaneOp::SwiGlu => "swiglu",
+            LaneOp::Copy => "copy",
+            LaneOp::Scale => "scale",
+            LaneOp::Exp => "exp",
+            LaneOp::Rsqrt => "rsqrt",
+            LaneOp::Recip => "recip",
+            LaneOp::Sigmoid => "sigmoid",
+            LaneOp::RmsNorm => "rmsnorm",
+            LaneOp::Rope => "rope",
+            LaneOp::Axpby => "axpby",
+            LaneOp::RmsInv => "rms_inv",
+        }
+    }
+
+    /// The lane op of a `VOP` operation (same code).
+    pub fn from_vec_op(op: VecOp) -> Self {
+        Self::from_code(op.code()).expect("VecOp codes are lane op codes")
+    }
+
+    /// Whether `y1` carries a result (RoPE's second element); it is +0 otherwise.
+    pub fn has_y1(self) -> bool {
+        self == LaneOp::Rope
+    }
+
+    /// What the lane computes (the model): the opu-hw function of the op, as `(y0, y1)`.
+    pub fn apply(self, a: f32, b: f32, c: f32, d: f32) -> (f32, f32) {
+        let y0 = match self {
+            LaneOp::Add | LaneOp::Mul | LaneOp::Silu | LaneOp::SwiGlu | LaneOp::Copy | LaneOp::Scale => {
+                let op = VecOp::from_code(self.code()).expect("vec op");
+                op.apply(a, b, b)
+            }
+            LaneOp::Exp => exp(a),
+            LaneOp::Rsqrt => rsqrt(a),
+            LaneOp::Recip => recip(a),
+            LaneOp::Sigmoid => sigmoid(a),
+            LaneOp::RmsNorm => rmsnorm_elem(a, b, c),
+            LaneOp::Rope => return rope_pair(a, b, c, d),
+            LaneOp::Axpby => axpby(a, b, c, d),
+            LaneOp::RmsInv => rms_inv_f32(a, b, c),
+        };
+        (y0, 0.0)
+    }
+}
+
 /// Adds `x^2` to a sum-of-squares accumulator: the fused reduction. `x` is the value as stored (after its
 /// rounding to FP16 or FP32); its square is exact, so the sum is exact up to the accumulator's 2^-32 grid and
 /// independent of order. A non-finite `x` makes the sum NaN.
@@ -198,16 +308,24 @@ impl OnlineSoftmax {
         OnlineSoftmax { max: f32::NEG_INFINITY, sum: 0.0, out: vec![0.0; head_dim] }
     }
 
-    /// Folds in one position: its score and its V row (FP16 bits).
-    pub fn push(&mut self, score: f32, v: &[u16]) {
+    /// The state half of one position: `m' = max(m, s)` (a NaN score wins), `c = exp(m - m')` (1 when
+    /// `m' == m`), `p = exp(s - m')`, `l = l c + p`; returns `(c, p)`, the factors of the output update
+    /// `o c + p v` ([`axpby`]). The reduction unit computes this and hands `c`, `p` to the vector lanes.
+    pub fn step(&mut self, score: f32) -> (f32, f32) {
         let m_new = if score > self.max || score.is_nan() { score } else { self.max };
         let c = if m_new == self.max { 1.0 } else { exp(self.max - m_new) };
         let p = exp(score - m_new);
         self.sum = self.sum * c + p;
+        self.max = m_new;
+        (c, p)
+    }
+
+    /// Folds in one position: its score and its V row (FP16 bits).
+    pub fn push(&mut self, score: f32, v: &[u16]) {
+        let (c, p) = self.step(score);
         for (o, &vb) in self.out.iter_mut().zip(v) {
             *o = axpby(*o, c, p, f16_to_f32(vb));
         }
-        self.max = m_new;
     }
 
     /// The normalized output, as FP32 values before the store rounding.
@@ -244,6 +362,18 @@ pub fn argmax(values: impl IntoIterator<Item = f32>) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lane_op_codes_extend_vec_op() {
+        for op in VecOp::ALL {
+            assert_eq!(LaneOp::from_vec_op(op).name(), op.name());
+            assert_eq!(LaneOp::from_vec_op(op).apply(1.5, -2.0, 0.0, 0.0).0, op.apply(1.5, -2.0, -2.0));
+        }
+        for op in LaneOp::ALL {
+            assert_eq!(LaneOp::from_code(op.code()), Some(op));
+        }
+        assert_eq!(LaneOp::from_code(14), None);
+    }
 
     #[test]
     fn online_softmax_matches_two_pass_softmax() {
@@ -307,3 +437,4 @@ mod tests {
         assert_eq!(DType::from_code(1), Some(DType::F32));
     }
 }
+

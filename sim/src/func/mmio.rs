@@ -17,6 +17,8 @@ pub(crate) struct MmioRegs {
     pub prog_base: u64,
     pub prog_len: u32,
     pub args: [u32; regs::NUM_ARGS as usize],
+    /// `WATCHDOG`: kept for the host; the functional simulator's units never stall, so it never fires.
+    pub watchdog: u32,
     pub error_code: ErrorCode,
     pub error_pc: u32,
     pub error_info: u64,
@@ -33,6 +35,7 @@ impl Default for MmioRegs {
             prog_base: 0,
             prog_len: 0,
             args: [0; regs::NUM_ARGS as usize],
+            watchdog: regs::WATCHDOG_DEFAULT,
             error_code: ErrorCode::None,
             error_pc: 0,
             error_info: 0,
@@ -100,6 +103,7 @@ impl Device for FuncSim {
             regs::PROG_BASE_LO => r.prog_base as u32,
             regs::PROG_BASE_HI => (r.prog_base >> 32) as u32,
             regs::PROG_LEN => r.prog_len,
+            regs::WATCHDOG => r.watchdog,
             o if (regs::ARG0..regs::ARG0 + 4 * regs::NUM_ARGS).contains(&o) => r.args[((o - regs::ARG0) / 4) as usize],
             regs::SKIPPED_BLOCKS => c.skipped_blocks as u32,
             regs::KV_HISTORY_HITS => c.kv_history_hits as u32,
@@ -109,6 +113,11 @@ impl Device for FuncSim {
             regs::CFG_DOT_WIDTH => self.config.dot_width,
             regs::CFG_SCRATCHPAD_BYTES => self.config.scratchpad_bytes,
             regs::CFG_KV_HISTORY_SLOTS => self.config.kv_history_slots,
+            o if (regs::DBG_R0..regs::DBG_R0 + 64).contains(&o) => self.machine.r[((o - regs::DBG_R0) / 4) as usize],
+            regs::DBG_PRED => self.machine.p.iter().enumerate().map(|(i, &p)| u32::from(p) << i).sum(),
+            o if (regs::DBG_CSR0..regs::DBG_CSR0 + 4 * regs::DBG_CSRS).contains(&o) => {
+                self.machine.csr[((o - regs::DBG_CSR0) / 4) as usize]
+            }
             _ => unreachable!("register {offset:#x} of the map is not handled"),
         })
     }
@@ -129,6 +138,7 @@ impl Device for FuncSim {
             regs::PROG_BASE_LO => r.prog_base = (r.prog_base & !0xFFFF_FFFF) | u64::from(value & !0xF),
             regs::PROG_BASE_HI => r.prog_base = (r.prog_base & 0xFFFF_FFFF) | u64::from(value) << 32,
             regs::PROG_LEN => r.prog_len = value,
+            regs::WATCHDOG => r.watchdog = value,
             o if (regs::ARG0..regs::ARG0 + 4 * regs::NUM_ARGS).contains(&o) => {
                 r.args[((o - regs::ARG0) / 4) as usize] = value
             }

@@ -3,7 +3,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use opu_hw::isa::{Csr, Pred, RedMode, Reg, NUM_RED};
-use opu_hw::numerics::dot::dot_f16;
+use opu_hw::numerics::router;
 use opu_hw::numerics::fp16::f16_to_f32;
 use opu_hw::numerics::vector::{accumulate_square, DType};
 use opu_hw::numerics::{WeightFormat, WideAcc};
@@ -116,14 +116,8 @@ impl Machine {
         let x = f16s(&self.spm[x_r]);
         let wb = &self.mem[w_r.clone()];
         // Execute logit weights, skip logit weights, then the two biases (execute, skip).
-        let logit = |k: usize| {
-            let mut acc = dot_f16(&x, &f16s(&wb[k * 2 * n..(k + 1) * 2 * n]));
-            acc.add_f16(u16::from_le_bytes([wb[4 * n + 2 * k], wb[4 * n + 2 * k + 1]]));
-            acc.to_f32()
-        };
-        let (l_execute, l_skip) = (logit(0), logit(1));
-        // A NaN logit compares false: execute.
-        let skip = l_skip > l_execute;
+        let bias = |k: usize| u16::from_le_bytes([wb[4 * n + 2 * k], wb[4 * n + 2 * k + 1]]);
+        let (_, _, skip) = router::route(&x, &f16s(&wb[..2 * n]), &f16s(&wb[2 * n..4 * n]), [bias(0), bias(1)]);
         self.p[usize::from(pd.0)] = skip;
         self.counters.skipped_blocks += u64::from(skip);
         self.note_read(&w_r);
