@@ -23,7 +23,7 @@ use std::process::Command;
 /// To add a unit, add its name here; that is the only change needed. Its wrapper struct is the CamelCase
 /// of the name (`dsp_acc_w4x2` -> `opu_sim::rtl::DspAccW4x2`), it joins `opu_sim::rtl::UNITS` and
 /// `opu_sim::rtl::instantiate`, and so the `rtl_bench` example.
-const UNITS: &[&str] = &["dsp_w4x2", "dsp_acc_w4x2", "dsp_w4x3", "align", "lane", "array", "router", "round", "fp32", "vector", "reduce"];
+const UNITS: &[&str] = &["dsp_w4x2", "dsp_acc_w4x2", "dsp_w4x3", "align", "lane", "array", "router", "round", "fp32", "vector", "reduce", "top"];
 
 /// Hand-written Verilog built exactly like a unit (but not listed in `opu_sim::rtl::UNITS`), so that
 /// sim/tests/rtl_models.rs checks the port plumbing on every Verilator port class before a unit needs it:

@@ -86,6 +86,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "opu_dma",
         "DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory lines and the 8-bank scratchpad, checked like the functional simulator",
     ),
+    (
+        "top",
+        "opu_top",
+        "the overlay so far (rust-hdl HDL): register file, controller core, DMA unit, 8-bank scratchpad, one device-memory port; no matrix, vector or attention unit yet",
+    ),
 ];
 
 /// Why [`emit_verilog`] failed.
@@ -125,6 +130,10 @@ pub fn mul_w4x2_top() -> MulW4x2 {
 /// [`PackedMulW4x2`] ready to simulate or emit.
 pub fn packed_mul_w4x2_top() -> PackedMulW4x2 {
     connect_top!(PackedMulW4x2::default(), clock, w0, w1, x)
+}
+
+pub(crate) fn checked<U: Block>(uut: &U) -> Result<String, EmitError> {
+    checked_verilog(uut)
 }
 
 fn checked_verilog<U: Block>(uut: &U) -> Result<String, EmitError> {
@@ -199,6 +208,7 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         "core" => checked_verilog(&crate::ctrl::core::core_top(cfg))?,
         "mmio" => checked_verilog(&crate::ctrl::mmio::mmio_top(cfg))?,
         "dma" => checked_verilog(&crate::dma::dma_top(cfg))?,
+        "top" => crate::top::top_verilog(cfg)?,
         "round" => checked_verilog(&crate::round::round_top())?,
         // Structural: rust-hdl ports have compile-time widths, the array's depend on the config.
         "array" => {

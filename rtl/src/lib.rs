@@ -16,6 +16,7 @@
 //!   scalar unit, issue with a scoreboard, traps, watchdog) and the decoder tables built from the ISA.
 //! - [`dma`]: the DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory and the 8-bank
 //!   scratchpad.
+//! - [`top`]: the overlay so far: register file, core, DMA unit and scratchpad on one memory port.
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;
@@ -46,6 +47,7 @@ pub mod round;
 pub mod router;
 pub mod synth;
 pub mod testing;
+pub mod top;
 pub mod vector;
 
 pub use emit::{emit_verilog, emit_verilog_for, EmitError, UNITS};

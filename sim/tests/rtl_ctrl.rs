@@ -661,7 +661,7 @@ fn completion_sets_status_irq_and_doorbell_clears_them() {
         (false, regs::DBG_CSR0 + 4, 0),
     ];
     let got = run_mmio(&config, ops, Some((2, true, ErrorCode::MemOutOfRange as u32, 7, 0x5_0000_0010)));
-    assert_eq!(got[0], 0, "STATUS before completion");
+    assert_eq!(got[0], regs::status::BUSY, "STATUS right after the doorbell: busy (the start pulse)");
     assert_eq!(got[1], regs::status::ERROR);
     assert_eq!(got[2], regs::irq::ERROR);
     assert_eq!(got[3], 0);
@@ -669,7 +669,7 @@ fn completion_sets_status_irq_and_doorbell_clears_them() {
     assert_eq!(got[5], 5);
     assert_eq!((got[6], got[7]), (0x2345_6789, 1));
     assert_eq!(got[8], 0);
-    assert_eq!(got[9], 0);
+    assert_eq!(got[9], regs::status::BUSY, "the second doorbell cleared ERROR; its run is busy");
     assert_eq!(got[10], 0xDB03);
     assert_eq!(got[11], 0xDBC1);
 }

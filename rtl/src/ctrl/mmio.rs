@@ -286,7 +286,8 @@ impl Logic for Mmio {
             }
         }
         if self.addr.val() == self.a_status.val() {
-            self.value.next = bit_cast::<32, 1>(self.busy.val().into())
+            // a run started by the doorbell is busy from the cycle after the write on
+            self.value.next = bit_cast::<32, 1>((self.busy.val() | self.start_r.q.val()).into())
                 | (bit_cast::<32, 1>(self.done.q.val().into()) << 1)
                 | (bit_cast::<32, 1>(self.error.q.val().into()) << 2);
         }
@@ -424,7 +425,11 @@ impl Logic for Mmio {
                     self.clear.next = true;
                 }
             }
-            if (self.addr.val() == self.a_doorbell.val()) & self.wdata.val().get_bit(0) & !self.busy.val() {
+            if (self.addr.val() == self.a_doorbell.val())
+                & self.wdata.val().get_bit(0)
+                & !self.busy.val()
+                & !self.start_r.q.val()
+            {
                 self.start_r.d.next = true;
                 self.clear.next = true;
             }

@@ -1,0 +1,276 @@
+//! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA unit
+//! and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar and DMA
+//! instructions; the matrix, vector and attention units are not in it yet, so an instruction for them is
+//! never accepted (the run stalls until the watchdog ends it).
+//!
+//! Memory port: one request per cycle (32-byte lines; reads answered in order with the request's `m_tag`
+//! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit). The DMA unit has priority; fetch
+//! takes the cycles it leaves. `ldr` reads the scratchpad through the banks' read port, which is free then
+//! (the core issues `ldr` only when the units are idle).
+
+use crate::ctrl::core::{Core, CSR_BUS, RF_BITS};
+use crate::ctrl::mmio::{Mmio, ADDR_BITS};
+use crate::dma::{Dma, SPM_ROW_BITS};
+use opu_hw::OverlayConfig;
+use rust_hdl::prelude::*;
+
+#[derive(LogicBlock)]
+pub struct Top<const R: usize> {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+
+    // ---- host (BAR 0)
+    pub mmio_addr: Signal<In, Bits<ADDR_BITS>>,
+    pub mmio_wdata: Signal<In, Bits<32>>,
+    pub mmio_write: Signal<In, Bit>,
+    pub mmio_read: Signal<In, Bit>,
+    pub mmio_rdata: Signal<Out, Bits<32>>,
+    pub mmio_rvalid: Signal<Out, Bit>,
+    pub irq: Signal<Out, Bit>,
+
+    // ---- device memory
+    pub m_req: Signal<Out, Bit>,
+    pub m_req_ready: Signal<In, Bit>,
+    pub m_write: Signal<Out, Bit>,
+    pub m_addr: Signal<Out, Bits<64>>,
+    pub m_wdata: Signal<Out, Bits<256>>,
+    pub m_wmask: Signal<Out, Bits<32>>,
+    pub m_tag: Signal<Out, Bit>,
+    pub m_resp: Signal<In, Bit>,
+    pub m_rdata: Signal<In, Bits<256>>,
+    pub m_resp_tag: Signal<In, Bit>,
+
+    mmio: Mmio,
+    core: Core,
+    dma: Dma,
+    /// The scratchpad: bank `b` holds words `8 row + b`.
+    banks: [RAM<Bits<32>, R>; 8],
+    dma_turn: Signal<Local, Bit>,
+    ldr_row: Signal<Local, Bits<R>>,
+}
+
+impl<const R: usize> Top<R> {
+    pub fn new(config: &OverlayConfig) -> Self {
+        assert_eq!(config.scratchpad_bytes as u64, 32u64 << R, "bank rows for the scratchpad of `{}`", config.name);
+        assert!(R <= SPM_ROW_BITS);
+        let _ = (CSR_BUS, RF_BITS);
+        Top {
+            clock: Default::default(),
+            reset: Default::default(),
+            mmio_addr: Default::default(),
+            mmio_wdata: Default::default(),
+            mmio_write: Default::default(),
+            mmio_read: Default::default(),
+            mmio_rdata: Default::default(),
+            mmio_rvalid: Default::default(),
+            irq: Default::default(),
+            m_req: Default::default(),
+            m_req_ready: Default::default(),
+            m_write: Default::default(),
+            m_addr: Default::default(),
+            m_wdata: Default::default(),
+            m_wmask: Default::default(),
+            m_tag: Default::default(),
+            m_resp: Default::default(),
+            m_rdata: Default::default(),
+            m_resp_tag: Default::default(),
+            mmio: Mmio::new(config),
+            core: Core::new(config),
+            dma: Dma::new(config),
+            banks: Default::default(),
+            dma_turn: Default::default(),
+            ldr_row: Default::default(),
+        }
+    }
+}
+
+impl<const R: usize> Logic for Top<R> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        self.mmio.clock.next = self.clock.val();
+        self.core.clock.next = self.clock.val();
+        self.dma.clock.next = self.clock.val();
+        self.mmio.reset.next = self.reset.val();
+        self.core.reset.next = self.reset.val();
+        self.dma.reset.next = self.reset.val();
+
+        // ---- host <-> register file <-> core
+        self.mmio.addr.next = self.mmio_addr.val();
+        self.mmio.wdata.next = self.mmio_wdata.val();
+        self.mmio.write.next = self.mmio_write.val();
+        self.mmio.read.next = self.mmio_read.val();
+        self.mmio_rdata.next = self.mmio.rdata.val();
+        self.mmio_rvalid.next = self.mmio.rvalid.val();
+        self.irq.next = self.mmio.irq.val();
+        self.core.start.next = self.mmio.start.val();
+        self.core.soft_reset.next = self.mmio.soft_reset.val();
+        self.core.prog_base.next = self.mmio.prog_base.val();
+        self.core.prog_len.next = self.mmio.prog_len.val();
+        self.core.args.next = self.mmio.args.val();
+        self.core.watchdog.next = self.mmio.watchdog.val();
+        self.mmio.busy.next = self.core.busy.val();
+        self.mmio.fin.next = self.core.fin.val();
+        self.mmio.fin_error.next = self.core.fin_error.val();
+        self.mmio.err_code.next = self.core.err_code.val();
+        self.mmio.err_pc.next = self.core.err_pc.val();
+        self.mmio.err_info.next = self.core.err_info.val();
+        self.mmio.cycles.next = self.core.cycles.val();
+        self.mmio.instret.next = self.core.instret.val();
+        self.mmio.bytes_read.next = self.dma.bytes_read.val();
+        self.mmio.bytes_written.next = self.dma.bytes_written.val();
+        self.mmio.macs.next = 0.into();
+        self.mmio.stall_cycles.next = 0.into();
+        self.mmio.skipped_blocks.next = 0.into();
+        self.mmio.kv_history_hits.next = 0.into();
+        self.mmio.dbg_rf.next = self.core.dbg_rf.val();
+        self.mmio.dbg_preds.next = self.core.dbg_preds.val();
+        self.mmio.dbg_csrs.next = self.core.dbg_csrs.val();
+
+        // ---- issue: bit 0 is the DMA unit; the other units are not built yet (never ready)
+        self.dma.iss_valid.next = self.core.iss_valid.val().get_bit(0);
+        self.dma.iss_word.next = self.core.iss_word.val();
+        self.dma.iss_pc.next = self.core.iss_pc.val();
+        self.dma.iss_reg.next = self.core.iss_reg.val();
+        self.core.iss_ready.next = bit_cast::<4, 1>(self.dma.iss_ready.val().into());
+        self.core.units_idle.next = self.dma.idle.val();
+        self.core.progress.next = self.dma.progress.val();
+        self.dma.flush.next = self.core.flush.val();
+        self.core.utrap_valid.next = self.dma.trap_valid.val();
+        self.core.utrap_code.next = self.dma.trap_code.val();
+        self.core.utrap_pc.next = self.dma.trap_pc.val();
+        self.core.utrap_info.next = self.dma.trap_info.val();
+        self.core.rwb_valid.next = false;
+        self.core.rwb_idx.next = 0.into();
+        self.core.rwb_data.next = 0.into();
+        self.core.pwb_valid.next = false;
+        self.core.pwb_idx.next = 0.into();
+        self.core.pwb_data.next = false;
+
+        // ---- memory port: the DMA unit first, fetch in the cycles it leaves
+        self.dma_turn.next = self.dma.m_req.val();
+        self.m_req.next = self.dma.m_req.val() | self.core.f_req.val();
+        self.m_write.next = self.dma.m_write.val() & self.dma_turn.val();
+        self.m_addr.next = self.core.f_addr.val();
+        self.m_wdata.next = self.dma.m_wdata.val();
+        self.m_wmask.next = self.dma.m_wmask.val();
+        self.m_tag.next = self.dma_turn.val();
+        if self.dma_turn.val() {
+            self.m_addr.next = self.dma.m_addr.val();
+        }
+        self.dma.m_req_ready.next = self.m_req_ready.val();
+        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val();
+        self.dma.m_resp.next = self.m_resp.val() & self.m_resp_tag.val();
+        self.core.f_resp.next = self.m_resp.val() & !self.m_resp_tag.val();
+        self.dma.m_rdata.next = self.m_rdata.val();
+        self.core.f_data.next = self.m_rdata.val();
+
+        // ---- scratchpad banks: the DMA unit writes and reads; ldr reads when the DMA unit is idle
+        self.ldr_row.next = bit_cast::<R, 20>(self.core.spm_addr.val() >> 3);
+        self.banks[0].read_clock.next = self.clock.val();
+        self.banks[1].read_clock.next = self.clock.val();
+        self.banks[2].read_clock.next = self.clock.val();
+        self.banks[3].read_clock.next = self.clock.val();
+        self.banks[4].read_clock.next = self.clock.val();
+        self.banks[5].read_clock.next = self.clock.val();
+        self.banks[6].read_clock.next = self.clock.val();
+        self.banks[7].read_clock.next = self.clock.val();
+        self.banks[0].write_clock.next = self.clock.val();
+        self.banks[1].write_clock.next = self.clock.val();
+        self.banks[2].write_clock.next = self.clock.val();
+        self.banks[3].write_clock.next = self.clock.val();
+        self.banks[4].write_clock.next = self.clock.val();
+        self.banks[5].write_clock.next = self.clock.val();
+        self.banks[6].write_clock.next = self.clock.val();
+        self.banks[7].write_clock.next = self.clock.val();
+        self.banks[0].write_enable.next = self.dma.s_we.val().get_bit(0);
+        self.banks[1].write_enable.next = self.dma.s_we.val().get_bit(1);
+        self.banks[2].write_enable.next = self.dma.s_we.val().get_bit(2);
+        self.banks[3].write_enable.next = self.dma.s_we.val().get_bit(3);
+        self.banks[4].write_enable.next = self.dma.s_we.val().get_bit(4);
+        self.banks[5].write_enable.next = self.dma.s_we.val().get_bit(5);
+        self.banks[6].write_enable.next = self.dma.s_we.val().get_bit(6);
+        self.banks[7].write_enable.next = self.dma.s_we.val().get_bit(7);
+        self.banks[0].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(0));
+        self.banks[1].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(17));
+        self.banks[2].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(34));
+        self.banks[3].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(51));
+        self.banks[4].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(68));
+        self.banks[5].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(85));
+        self.banks[6].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(102));
+        self.banks[7].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(119));
+        self.banks[0].write_data.next = self.dma.s_wdata.val().get_bits::<32>(0);
+        self.banks[1].write_data.next = self.dma.s_wdata.val().get_bits::<32>(32);
+        self.banks[2].write_data.next = self.dma.s_wdata.val().get_bits::<32>(64);
+        self.banks[3].write_data.next = self.dma.s_wdata.val().get_bits::<32>(96);
+        self.banks[4].write_data.next = self.dma.s_wdata.val().get_bits::<32>(128);
+        self.banks[5].write_data.next = self.dma.s_wdata.val().get_bits::<32>(160);
+        self.banks[6].write_data.next = self.dma.s_wdata.val().get_bits::<32>(192);
+        self.banks[7].write_data.next = self.dma.s_wdata.val().get_bits::<32>(224);
+        self.banks[0].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(0));
+        self.banks[1].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(17));
+        self.banks[2].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(34));
+        self.banks[3].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(51));
+        self.banks[4].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(68));
+        self.banks[5].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(85));
+        self.banks[6].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(102));
+        self.banks[7].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(119));
+        if self.dma.idle.val() {
+            self.banks[0].read_address.next = self.ldr_row.val();
+            self.banks[1].read_address.next = self.ldr_row.val();
+            self.banks[2].read_address.next = self.ldr_row.val();
+            self.banks[3].read_address.next = self.ldr_row.val();
+            self.banks[4].read_address.next = self.ldr_row.val();
+            self.banks[5].read_address.next = self.ldr_row.val();
+            self.banks[6].read_address.next = self.ldr_row.val();
+            self.banks[7].read_address.next = self.ldr_row.val();
+        }
+        self.dma.s_rdata.next = bit_cast::<256, 32>(self.banks[0].read_data.val())
+            | (bit_cast::<256, 32>(self.banks[1].read_data.val()) << 32)
+            | (bit_cast::<256, 32>(self.banks[2].read_data.val()) << 64)
+            | (bit_cast::<256, 32>(self.banks[3].read_data.val()) << 96)
+            | (bit_cast::<256, 32>(self.banks[4].read_data.val()) << 128)
+            | (bit_cast::<256, 32>(self.banks[5].read_data.val()) << 160)
+            | (bit_cast::<256, 32>(self.banks[6].read_data.val()) << 192)
+            | (bit_cast::<256, 32>(self.banks[7].read_data.val()) << 224);
+        self.core.spm_data.next = self.dma.s_rdata.val().get_bits::<32>((bit_cast::<8, 3>(self.core.spm_addr.val().get_bits::<3>(0)) << 5).index());
+    }
+}
+
+/// The top of `config` (its scratchpad sets the bank depth), ready to simulate or emit.
+pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
+    fn build<const R: usize>(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
+        let mut t = Top::<R>::new(config);
+        t.clock.connect();
+        t.reset.connect();
+        t.mmio_addr.connect();
+        t.mmio_wdata.connect();
+        t.mmio_write.connect();
+        t.mmio_read.connect();
+        t.m_req_ready.connect();
+        t.m_resp.connect();
+        t.m_rdata.connect();
+        t.m_resp_tag.connect();
+        t.connect_all();
+        crate::emit::checked(&t)
+    }
+    let rows = (config.scratchpad_bytes / 32).trailing_zeros();
+    match rows {
+        _ if config.scratchpad_bytes != 32 << rows => Err(crate::emit::EmitError::Unsupported {
+            unit: "top".into(),
+            config: config.name.clone(),
+            what: format!("scratchpad_bytes = {} is not 32 x a power of two (the banks' depth)", config.scratchpad_bytes),
+        }),
+        7 => build::<7>(config),
+        8 => build::<8>(config),
+        9 => build::<9>(config),
+        10 => build::<10>(config),
+        11 => build::<11>(config),
+        12 => build::<12>(config),
+        13 => build::<13>(config),
+        14 => build::<14>(config),
+        15 => build::<15>(config),
+        16 => build::<16>(config),
+        17 => build::<17>(config),
+        _ => unreachable!("the config's scratchpad is 4096..=4 MiB bytes"),
+    }
+}

@@ -1,0 +1,228 @@
+//! [`RtlSim`]: the RTL of the overlay (opu-rtl's `top`, Verilated) behind [`Device`], with a Rust model of
+//! device memory, so the host drives it exactly as it drives the functional simulator or a card.
+//!
+//! The top so far holds the register file, the controller core, the DMA unit and the scratchpad on one
+//! memory port (docs/rtl.md, "Control"); programs of control, scalar and DMA instructions run on it. The
+//! memory model answers reads in order after `mem_latency_cycles` of the config, one request per cycle;
+//! host accesses to device memory (`mem_write`, `mem_read`) go straight to the model, as a card's DMA engine
+//! would. The model exists only for the `sim` preset (the one the build verilates).
+
+/// Why an [`RtlSim`] cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RtlSimError {
+    #[error("opu-sim was built without the Verilator models (install verilator and rebuild)")]
+    NoModels,
+    #[error("the RTL model is built for the `sim` overlay preset, not `{0}`")]
+    Config(String),
+}
+
+#[cfg(has_verilator)]
+mod imp {
+    use std::collections::VecDeque;
+    use std::time::{Duration, Instant};
+
+    use opu_hw::device::{check_range, Completion, Device, DeviceError};
+    use opu_hw::regs::{self, ErrorCode};
+    use opu_hw::OverlayConfig;
+
+    use super::RtlSimError;
+    use crate::rtl::Top;
+
+    /// A read in flight: due cycle, tag, line.
+    type Pending = (u64, u64, u64);
+
+    pub struct RtlSim {
+        config: OverlayConfig,
+        top: Box<Top>,
+        mem: Vec<u8>,
+        pending: VecDeque<Pending>,
+        latency: u64,
+    }
+
+    impl RtlSim {
+        pub fn new(config: &OverlayConfig) -> Result<RtlSim, RtlSimError> {
+            if config.hash() != OverlayConfig::sim().hash() {
+                return Err(RtlSimError::Config(config.name.clone()));
+            }
+            let mem_bytes = usize::try_from(config.device_memory_bytes).expect("device memory fits the host");
+            let mut s = RtlSim {
+                config: config.clone(),
+                top: Box::new(Top::new()),
+                // vec![0; n] is calloc: pages are zeroed lazily
+                mem: vec![0u8; mem_bytes],
+                pending: VecDeque::new(),
+                latency: u64::from(config.mem_latency_cycles.max(1)),
+            };
+            s.top.set_reset(1);
+            s.step();
+            s.step();
+            s.top.set_reset(0);
+            Ok(s)
+        }
+
+        pub fn config(&self) -> &OverlayConfig {
+            &self.config
+        }
+
+        /// Core cycles simulated since the model was made.
+        pub fn cycles(&self) -> u64 {
+            self.top.cycles()
+        }
+
+        /// One core cycle: memory responses due, the model settles, the memory takes a request, the edge.
+        fn step(&mut self) {
+            let now = self.top.cycles();
+            match self.pending.front() {
+                Some(&(due, tag, line)) if due <= now => {
+                    self.pending.pop_front();
+                    let mut w = [0u32; 8];
+                    let at = (line * 32) as usize;
+                    if let Some(bytes) = self.mem.get(at..at + 32) {
+                        for (i, c) in bytes.chunks_exact(4).enumerate() {
+                            w[i] = u32::from_le_bytes(c.try_into().unwrap());
+                        }
+                    }
+                    self.top.set_m_resp(1);
+                    self.top.set_m_resp_tag(tag);
+                    self.top.set_m_rdata_words(&w);
+                }
+                _ => self.top.set_m_resp(0),
+            }
+            self.top.set_m_req_ready(1);
+            self.top.eval();
+            if self.top.m_req() == 1 {
+                let line = self.top.m_addr();
+                if self.top.m_write() == 1 {
+                    let data = self.top.m_wdata_words();
+                    let mask = self.top.m_wmask();
+                    let at = line.saturating_mul(32) as usize;
+                    if let Some(bytes) = self.mem.get_mut(at..at + 32) {
+                        for (b, byte) in bytes.iter_mut().enumerate() {
+                            if mask >> b & 1 == 1 {
+                                *byte = (data[b / 4] >> (8 * (b % 4))) as u8;
+                            }
+                        }
+                    }
+                } else {
+                    self.pending.push_back((now + self.latency, self.top.m_tag(), line));
+                }
+            }
+            self.top.tick();
+        }
+    }
+
+    impl Device for RtlSim {
+        fn mmio_read(&mut self, offset: u32) -> Result<u32, DeviceError> {
+            regs::register_at(offset).ok_or(DeviceError::BadRegister { offset })?;
+            self.top.set_mmio_addr(u64::from(offset));
+            self.top.set_mmio_read(1);
+            self.step();
+            self.top.set_mmio_read(0);
+            self.top.eval();
+            Ok(self.top.mmio_rdata() as u32)
+        }
+
+        fn mmio_write(&mut self, offset: u32, value: u32) -> Result<(), DeviceError> {
+            regs::register_at(offset).ok_or(DeviceError::BadRegister { offset })?;
+            self.top.set_mmio_addr(u64::from(offset));
+            self.top.set_mmio_wdata(u64::from(value));
+            self.top.set_mmio_write(1);
+            self.step();
+            self.top.set_mmio_write(0);
+            Ok(())
+        }
+
+        fn mem_write(&mut self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+            check_range(addr, data.len() as u64, self.mem_size())?;
+            self.mem[addr as usize..addr as usize + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+
+        fn mem_read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+            check_range(addr, buf.len() as u64, self.mem_size())?;
+            buf.copy_from_slice(&self.mem[addr as usize..addr as usize + buf.len()]);
+            Ok(())
+        }
+
+        fn mem_size(&self) -> u64 {
+            self.mem.len() as u64
+        }
+
+        /// Simulates until STATUS shows DONE or ERROR, checking STATUS every 256 cycles; `timeout` is wall time.
+        fn wait_done(&mut self, timeout: Duration) -> Result<Completion, DeviceError> {
+            let start = Instant::now();
+            loop {
+                let s = self.mmio_read(regs::STATUS)?;
+                if s & regs::status::DONE != 0 {
+                    let cycles = self.mmio_read64(regs::CYCLES_LO)?;
+                    let instructions = self.mmio_read64(regs::INSTRET_LO)?;
+                    return Ok(Completion { cycles, instructions });
+                }
+                if s & regs::status::ERROR != 0 {
+                    let code = self.mmio_read(regs::ERROR_CODE)?;
+                    let pc = self.mmio_read(regs::ERROR_PC)?;
+                    let code = ErrorCode::from_u32(code)
+                        .ok_or_else(|| DeviceError::Io(format!("ERROR_CODE {code} is not an error code")))?;
+                    return Err(DeviceError::Trap { code, pc });
+                }
+                if s & regs::status::BUSY == 0 {
+                    return Err(DeviceError::Io("no program has run".into()));
+                }
+                if start.elapsed() > timeout {
+                    return Err(DeviceError::Timeout(timeout));
+                }
+                for _ in 0..256 {
+                    self.step();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(has_verilator)]
+pub use imp::RtlSim;
+
+/// Without the Verilator models there is no RTL to run: [`RtlSim::new`] says so, and no `RtlSim` exists
+/// (the type is uninhabited), so its `Device` methods are unreachable.
+#[cfg(not(has_verilator))]
+pub struct RtlSim {
+    never: std::convert::Infallible,
+}
+
+#[cfg(not(has_verilator))]
+impl RtlSim {
+    pub fn new(config: &opu_hw::OverlayConfig) -> Result<RtlSim, RtlSimError> {
+        let _ = config;
+        Err(RtlSimError::NoModels)
+    }
+
+    pub fn config(&self) -> &opu_hw::OverlayConfig {
+        match self.never {}
+    }
+
+    pub fn cycles(&self) -> u64 {
+        match self.never {}
+    }
+}
+
+#[cfg(not(has_verilator))]
+impl opu_hw::device::Device for RtlSim {
+    fn mmio_read(&mut self, _: u32) -> Result<u32, opu_hw::device::DeviceError> {
+        match self.never {}
+    }
+    fn mmio_write(&mut self, _: u32, _: u32) -> Result<(), opu_hw::device::DeviceError> {
+        match self.never {}
+    }
+    fn mem_write(&mut self, _: u64, _: &[u8]) -> Result<(), opu_hw::device::DeviceError> {
+        match self.never {}
+    }
+    fn mem_read(&mut self, _: u64, _: &mut [u8]) -> Result<(), opu_hw::device::DeviceError> {
+        match self.never {}
+    }
+    fn mem_size(&self) -> u64 {
+        match self.never {}
+    }
+    fn wait_done(&mut self, _: std::time::Duration) -> Result<opu_hw::device::Completion, opu_hw::device::DeviceError> {
+        match self.never {}
+    }
+}
