@@ -78,3 +78,17 @@ impl Rng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 }
+
+/// Byte address where the tests against the functional simulator put their programs.
+pub const CODE: u64 = 0;
+
+/// A functional simulator of the `sim` preset: the golden model the control blocks are compared with.
+pub fn sim() -> opu_sim::FuncSim {
+    opu_sim::FuncSim::new(&opu_hw::OverlayConfig::sim())
+}
+
+/// Writes bytes at scratchpad word `word` of the functional simulator.
+pub fn spm_put(sim: &mut opu_sim::FuncSim, word: u32, bytes: &[u8]) {
+    let at = 4 * word as usize;
+    sim.scratchpad_mut()[at..at + bytes.len()].copy_from_slice(bytes);
+}

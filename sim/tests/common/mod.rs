@@ -133,21 +133,3 @@ pub fn expect_trap(
     assert_eq!(sim.mmio_read(opu_hw::regs::ERROR_PC).unwrap(), pc);
     assert_eq!(sim.mmio_read64(opu_hw::regs::ERROR_INFO_LO).unwrap(), info, "ERROR_INFO of {code}");
 }
-
-/// Whether opu-sim was built with its Verilator models; if not, an error under `REQUIRE_VERILATOR=1` (CI
-/// must run the co-simulation), else a SKIPPED line for `what`.
-pub fn models_or_skip(what: &str) -> bool {
-    if opu_sim::rtl::available() {
-        return true;
-    }
-    if std::env::var("REQUIRE_VERILATOR").as_deref() == Ok("1") {
-        panic!(
-            "{what}: opu-sim was built without the Verilator models (no verilator on PATH at build time) \
-             and REQUIRE_VERILATOR=1"
-        );
-    }
-    eprintln!(
-        "SKIPPED {what}: opu-sim was built without the Verilator models (no verilator on PATH)"
-    );
-    false
-}

@@ -1,4 +1,4 @@
-//! The RTL's `top` under Verilator ([`opu_sim::RtlSim`]) against the functional simulator, both driven only
+//! The RTL's `top` under Verilator ([`opu_rtlsim::RtlSim`]) against the functional simulator, both driven only
 //! through `Device` as the host drives a card: the same programs of control, scalar and DMA instructions on
 //! the same device memory. Compared: the device-memory window the programs write, every scalar register,
 //! predicate and CSR (the debug window), INSTRET, the byte counters, and each trap's code, pc and
@@ -14,7 +14,8 @@ use opu_hw::isa::{assemble, encode_program};
 use opu_hw::regs::{self, ErrorCode};
 use opu_hw::OverlayConfig;
 use opu_rtl::testing::Rng;
-use opu_sim::{FuncSim, RtlSim};
+use opu_rtlsim::RtlSim;
+use opu_sim::FuncSim;
 
 const CODE: u64 = 0x10_0000;
 const WINDOW: usize = 1 << 16;

@@ -1,4 +1,4 @@
-//! VCD waveforms of the Verilator models (`trace_vcd`, see `opu_sim::rtl` "Waveforms"): the file's header,
+//! VCD waveforms of the Verilator models (`trace_vcd`, see `opu_rtlsim::rtl` "Waveforms"): the file's header,
 //! its times and values against what the model's accessors returned, errors, and two models tracing on two
 //! threads at once.
 //!
@@ -38,7 +38,7 @@ mod traces {
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
 
-    use opu_sim::rtl::{self, DspAccW4x2, VCD_PERIOD_PS};
+    use opu_rtlsim::rtl::{self, DspAccW4x2, VCD_PERIOD_PS};
 
     const HALF: u64 = VCD_PERIOD_PS / 2;
 

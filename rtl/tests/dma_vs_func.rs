@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use common::CODE;

@@ -16,7 +16,7 @@ mod models {
     use opu_rtl::testing::{RouterBeat, RouterJob};
     use opu_rtl::round::ROUND_LATENCY;
     use opu_rtl::testing::accumulator_values;
-    use opu_sim::rtl::{Align, Array, Lane, Round, Router};
+    use opu_rtlsim::rtl::{Align, Array, Lane, Round, Router};
 
     const MODES: [WeightFormat; 3] = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
 

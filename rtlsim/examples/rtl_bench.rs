@@ -1,6 +1,6 @@
-//! Simulation speed of the Verilator models of `opu_sim::rtl`: each built unit ticks for about a second with
+//! Simulation speed of the Verilator models of `opu_rtlsim::rtl`: each built unit ticks for about a second with
 //! fresh random values on every input port each cycle (through the [`RtlModel`] interface, so a unit added
-//! to sim/build.rs's list is benchmarked without touching this file).
+//! to opu-verilate's list is benchmarked without touching this file).
 //!
 //! The last column ticks a quarter of that time with the inputs held: the model alone, without the cost of
 //! driving its ports.
@@ -12,15 +12,15 @@
 //! on one `u280` lane and prints their resources and packing factors (the array takes minutes).
 //!
 //! With `--vcd DIR` it writes, instead of measuring, a waveform of each unit: `DIR/<unit>.vcd`, the first
-//! [`VCD_CYCLES`] cycles of the same random inputs, every signal (open them in GTKWave; see sim/README.md
+//! [`VCD_CYCLES`] cycles of the same random inputs, every signal (open them in GTKWave; see rtlsim/README.md
 //! "Waveforms").
 //!
-//! `cargo run -p opu-sim --release --example rtl_bench [-- [--synth] [--vcd DIR] SECONDS_PER_UNIT [UNIT...]]`
+//! `cargo run -p opu-rtlsim --release --example rtl_bench [-- [--synth] [--vcd DIR] SECONDS_PER_UNIT [UNIT...]]`
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use opu_sim::rtl::{self, RtlModel};
+use opu_rtlsim::rtl::{self, RtlModel};
 
 use opu_rtl::testing::Rng;
 

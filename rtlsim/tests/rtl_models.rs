@@ -1,4 +1,4 @@
-//! The Verilator models of `opu_sim::rtl` (the RTL of opu-rtl, verilated by sim/build.rs) against
+//! The Verilator models of `opu_rtlsim::rtl` (the RTL of opu-rtl, verilated by opu-verilate) against
 //! opu_hw's numerics, bit for bit; and the generated wrappers' port plumbing on every Verilator port class.
 //!
 //! Without the models (opu-sim built without verilator on PATH) every test prints SKIPPED and passes,
@@ -51,7 +51,7 @@ fn dynamic_interface_and_send() {
 #[cfg(has_verilator)]
 mod models {
     use opu_hw::numerics::packing::{w4x2u_accumulate, w4x2u_products, w4x3u_products, W4X2U_MAX_DEPTH};
-    use opu_sim::rtl::{self, DspAccW4x2, DspW4x2, DspW4x3, PortDir, RtlModel, WidthsFixture};
+    use opu_rtlsim::rtl::{self, DspAccW4x2, DspW4x2, DspW4x3, PortDir, RtlModel, WidthsFixture};
 
     use opu_rtl::testing::Rng;
 

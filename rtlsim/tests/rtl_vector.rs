@@ -20,7 +20,7 @@ mod models {
     use opu_rtl::reduce::{softmax_latency, softmax_step, SOFTMAX_II, SOFTMAX_ROWS, SUMSQ_LATENCY};
     use opu_rtl::testing::Rng;
     use opu_rtl::vector::{lane_result, random_operand, vector_latency, LaneOp};
-    use opu_sim::rtl::{Fp32, Reduce, Vector};
+    use opu_rtlsim::rtl::{Fp32, Reduce, Vector};
 
     const OPS: [FpOp; 3] = [FpOp::Add, FpOp::Sub, FpOp::Mul];
 
