@@ -167,3 +167,60 @@ fn unmapped_registers_and_bad_memory_ranges_are_errors() {
     assert!(matches!(rtl.wait_done(Duration::from_secs(1)), Err(DeviceError::Io(_))), "nothing has run");
     assert!(RtlSim::new(&OverlayConfig::u280()).is_err(), "the model is the sim preset's");
 }
+
+#[test]
+fn instruction_fetch_runs_ahead_of_the_pc() {
+    if !models_or_skip("RTL top fetch queue") {
+        return;
+    }
+    // 400 scalar instructions and a skip over a block longer than the queue: with lines fetched one at a
+    // time every pair of instructions would wait the memory latency (64 cycles); the queue hides it
+    let mut text = String::new();
+    for i in 0..200 {
+        text += &format!("addi rd=r{} rs=r{} imm={}\n", 1 + i % 7, 1 + (i + 3) % 7, i * 7 + 1);
+        text += &format!("muli rd=r{} rs=r{} imm={}\n", 1 + (i + 1) % 7, 1 + i % 7, i + 3);
+    }
+    text += "seti rd=r9 imm=1\n";
+    let c = compare(&(text.clone() + "end\n"), &[]).unwrap();
+    let latency = OverlayConfig::sim().mem_latency_cycles as u64;
+    eprintln!("RTL: {} cycles for {} instructions", c.cycles, c.instructions);
+    assert!(c.cycles < 3 * c.instructions + 3 * latency, "{} cycles for {} instructions", c.cycles, c.instructions);
+    assert!(c.cycles >= 2 * c.instructions, "Fetch and Decode take a cycle each");
+}
+
+#[test]
+fn soft_reset_mid_run_then_a_new_run() {
+    if !models_or_skip("RTL top SOFT_RESET") {
+        return;
+    }
+    let config = OverlayConfig::sim();
+    let mut rtl = RtlSim::new(&config).unwrap();
+    // a long run, abandoned while its fetches are in flight
+    let mut long = String::new();
+    for i in 0..300 {
+        long += &format!("addi rd=r1 rs=r1 imm={i}\n");
+    }
+    long += "end\n";
+    // (elsewhere than the next program: a fetch of this one that is still in flight at the next doorbell
+    // must be dropped, not taken for the next program's line)
+    let code = encode_program(&assemble(&long).unwrap()).unwrap();
+    let elsewhere = CODE + 0x8000;
+    rtl.mem_write(elsewhere, &code).unwrap();
+    rtl.mmio_write(regs::PROG_BASE_LO, elsewhere as u32).unwrap();
+    rtl.mmio_write(regs::PROG_LEN, 301).unwrap();
+    rtl.mmio_write(regs::DOORBELL, 1).unwrap();
+    for _ in 0..20 {
+        assert_ne!(rtl.mmio_read(regs::STATUS).unwrap() & regs::status::BUSY, 0);
+    }
+    rtl.mmio_write(regs::CONTROL, regs::control::SOFT_RESET).unwrap();
+    assert_eq!(rtl.mmio_read(regs::STATUS).unwrap(), 0, "aborted: not busy, no DONE or ERROR");
+    assert_eq!(rtl.mmio_read(regs::ERROR_CODE).unwrap(), 0);
+    // the next run gets exactly its own instructions
+    let mut func = FuncSim::new(&config);
+    let text = "seti rd=r1 imm=5\nload spm=0 mem=0 bytes=64 idx=r0 stride=0\nstore spm=0 mem=0x40 bytes=64 idx=r0 stride=0\naddi rd=r2 rs=r1 imm=1\nend";
+    let code = encode_program(&assemble(text).unwrap()).unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    let (got, _) = run(&mut rtl, &code, &data, &[]);
+    let (want, _) = run(&mut func, &code, &data, &[]);
+    assert_eq!(got, want);
+}

@@ -1,8 +1,10 @@
 //! The controller core: instruction fetch, decode, the scalar unit, predicates, CSRs, issue to the units
 //! with a scoreboard, traps and the watchdog. Written in rust-hdl's own HDL (`#[hdl_gen]`, `DFF`, `ROM`).
 //!
-//! One instruction per pass through `Fetch -> Decode`: fetch reads the 256-bit line holding instruction `pc`
-//! (two instructions per line; a line already held is not fetched again); decode checks the word against
+//! One instruction per pass through `Fetch -> Decode`. An instruction queue of 16 lines (two instructions
+//! each) runs ahead of the pc, with any number of line fetches in flight, so decode does not wait the memory
+//! latency; Fetch takes the pc's line from the queue head (dropping lines a `skip` passed, restarting the
+//! queue when the pc leaves it, dropping responses for abandoned lines on arrival). Decode checks the word against
 //! the ROM built from the ISA ([`super::decode`]), executes control and scalar instructions itself and
 //! issues the others to their unit over a valid/ready port, carrying the pc, the value of the register the
 //! instruction reads and a snapshot of the CSRs (so a later `csrw` never waits for the units).
@@ -31,12 +33,15 @@ pub const CSR_BUS: usize = 12 * 32;
 pub const RF_BITS: usize = NUM_REGS * 32;
 /// Units on the issue port.
 pub const N_UNITS: usize = ISSUE_UNITS.len();
+/// Lines of the instruction queue (two instructions each) and its index width.
+pub const QUEUE_LINES: usize = 16;
+pub const QUEUE_BITS: usize = 4;
+const _: () = assert!(QUEUE_LINES == 1 << QUEUE_BITS);
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum CoreState {
     Idle,
     Fetch,
-    WaitLine,
     Decode,
     Ldr,
     Drain,
@@ -119,11 +124,24 @@ pub struct Core {
     state: DFF<CoreState>,
     /// The pc, wide enough that `skip` past PROG_LEN never wraps.
     pc: DFF<Bits<40>>,
+    /// The line decode reads (`line_addr` its line address).
     line_valid: DFF<Bit>,
-    line_addr: DFF<Bits<64>>,
+    line_addr: DFF<Bits<72>>,
     line_data: DFF<Bits<256>>,
-    /// Responses still to come for fetches abandoned by SOFT_RESET (dropped on arrival).
-    f_stale: DFF<Bits<2>>,
+    /// The instruction queue: up to [`QUEUE_LINES`] lines fetched ahead of the pc. Slot `q_head` holds line
+    /// `head_line`; `q_count` lines have arrived, `q_out` are requested and still to come; `pf_line` is the
+    /// next line to request.
+    queue: RAM<Bits<256>, QUEUE_BITS>,
+    q_head: DFF<Bits<QUEUE_BITS>>,
+    q_count: DFF<Bits<5>>,
+    q_out: DFF<Bits<5>>,
+    head_line: DFF<Bits<72>>,
+    pf_line: DFF<Bits<72>>,
+    /// The queue's read data is the head slot's: last cycle it was addressed with `prev_head` and held data.
+    head_seen: DFF<Bit>,
+    prev_head: DFF<Bits<QUEUE_BITS>>,
+    /// Responses still to come for lines the queue dropped (a skip past them, a new run): dropped on arrival.
+    f_stale: DFF<Bits<6>>,
     rf: DFF<Bits<RF_BITS>>,
     preds: DFF<Bits<8>>,
     csrs: DFF<Bits<CSR_BUS>>,
@@ -148,6 +166,8 @@ pub struct Core {
 
     // ---- constants from opu-hw
     mem_bytes: Constant<Bits<72>>,
+    mem_lines: Constant<Bits<72>>,
+    queue_lines: Constant<Bits<6>>,
     spm_bytes: Constant<Bits<24>>,
     op_end: Constant<Bits<8>>,
     op_barrier: Constant<Bits<8>>,
@@ -195,8 +215,18 @@ pub struct Core {
     byte_addr: Signal<Local, Bits<72>>,
     byte_end: Signal<Local, Bits<72>>,
     word: Signal<Local, Bits<128>>,
-    /// The word of `pc` in the line arriving from memory.
-    f_word: Signal<Local, Bits<128>>,
+    /// The word of `pc` in the queue's head line.
+    q_word: Signal<Local, Bits<128>>,
+    cur_line: Signal<Local, Bits<72>>,
+    end_line: Signal<Local, Bits<72>>,
+    head_ready: Signal<Local, Bit>,
+    q_pop: Signal<Local, Bit>,
+    q_flush: Signal<Local, Bit>,
+    q_restart: Signal<Local, Bits<72>>,
+    resp_ok: Signal<Local, Bit>,
+    req_ok: Signal<Local, Bit>,
+    can_req: Signal<Local, Bit>,
+    stale_after: Signal<Local, Bits<6>>,
     opc: Signal<Local, Bits<8>>,
     ent: Signal<Local, Bits<128>>,
     used: Signal<Local, Bits<8>>,
@@ -308,6 +338,14 @@ impl Core {
             line_valid: Default::default(),
             line_addr: Default::default(),
             line_data: Default::default(),
+            queue: Default::default(),
+            q_head: Default::default(),
+            q_count: Default::default(),
+            q_out: Default::default(),
+            head_line: Default::default(),
+            pf_line: Default::default(),
+            head_seen: Default::default(),
+            prev_head: Default::default(),
             f_stale: Default::default(),
             rf: Default::default(),
             preds: Default::default(),
@@ -330,6 +368,8 @@ impl Core {
             err_info_r: Default::default(),
             rom: SyncROM::new(rom),
             mem_bytes: Constant::new(config.device_memory_bytes.to_bits()),
+            mem_lines: Constant::new((config.device_memory_bytes / 32).to_bits()),
+            queue_lines: k(QUEUE_LINES as u64),
             spm_bytes: k(u64::from(config.scratchpad_bytes)),
             op_end: k(u64::from(decode::opcode("end"))),
             op_barrier: k(u64::from(decode::opcode("barrier"))),
@@ -371,7 +411,17 @@ impl Core {
             byte_addr: Default::default(),
             byte_end: Default::default(),
             word: Default::default(),
-            f_word: Default::default(),
+            q_word: Default::default(),
+            cur_line: Default::default(),
+            end_line: Default::default(),
+            head_ready: Default::default(),
+            q_pop: Default::default(),
+            q_flush: Default::default(),
+            q_restart: Default::default(),
+            resp_ok: Default::default(),
+            req_ok: Default::default(),
+            can_req: Default::default(),
+            stale_after: Default::default(),
             opc: Default::default(),
             ent: Default::default(),
             used: Default::default(),
@@ -416,7 +466,8 @@ impl Logic for Core {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, state, pc, line_valid, line_addr, line_data, f_stale, rf, preds, csrs, rbusy, pbusy, cyc,
+            self, clock, state, pc, line_valid, line_addr, line_data, q_head, q_count, q_out, head_line, pf_line, head_seen,
+            prev_head, f_stale, rf, preds, csrs, rbusy, pbusy, cyc,
             ret, wd, drain_end, ldr_rd, trap_valid, trap_code, trap_pc, trap_info, fin_r, fin_error_r, err_code_r,
             err_pc_r, err_info_r
         );
@@ -448,21 +499,31 @@ impl Logic for Core {
         self.byte_addr.next =
             bit_cast::<72, 64>(self.prog_base.val()) + (bit_cast::<72, 40>(self.pc.q.val()) << 4);
         self.byte_end.next = self.byte_addr.val() + 16;
-        self.f_req.next = false;
-        self.f_addr.next = bit_cast::<64, 72>(self.byte_addr.val() >> 5);
+        self.cur_line.next = self.byte_addr.val() >> 5;
+        self.end_line.next = (bit_cast::<72, 64>(self.prog_base.val()) + (bit_cast::<72, 32>(self.prog_len.val()) << 4) + 31) >> 5;
+        self.queue.read_clock.next = self.clock.val();
+        self.queue.write_clock.next = self.clock.val();
+        self.queue.read_address.next = self.q_head.q.val();
+        self.head_ready.next = self.head_seen.q.val() & (self.prev_head.q.val() == self.q_head.q.val());
+        self.head_seen.d.next = self.q_count.q.val() != 0;
+        self.prev_head.d.next = self.q_head.q.val();
+        self.q_pop.next = false;
+        self.q_flush.next = false;
+        self.q_restart.next = self.cur_line.val();
 
         // ---- decode (combinational from the held line)
         self.word.next = self.line_data.q.val().get_bits::<128>(0);
-        self.f_word.next = self.f_data.val().get_bits::<128>(0);
+        self.q_word.next = self.queue.read_data.val().get_bits::<128>(0);
         if self.byte_addr.val().get_bit(4) {
             self.word.next = self.line_data.q.val().get_bits::<128>(128);
-            self.f_word.next = self.f_data.val().get_bits::<128>(128);
+            self.q_word.next = self.queue.read_data.val().get_bits::<128>(128);
         }
         self.opc.next = self.word.val().get_bits::<8>(0);
         self.rom.clock.next = self.clock.val();
+        // the ROM is read a cycle ahead: with the word Decode will see next
         self.rom.address.next = self.opc.val();
-        if self.state.q.val() == CoreState::WaitLine {
-            self.rom.address.next = self.f_word.val().get_bits::<8>(0);
+        if (self.state.q.val() == CoreState::Fetch) & !(self.line_valid.q.val() & (self.line_addr.q.val() == self.cur_line.val())) {
+            self.rom.address.next = self.q_word.val().get_bits::<8>(0);
         }
         self.ent.next = self.rom.data.val();
         self.used.next = self.ent.val().get_bits::<8>(self.e_used.val().index());
@@ -550,8 +611,10 @@ impl Logic for Core {
                     self.cyc.d.next = 0.into();
                     self.ret.d.next = 0.into();
                     self.wd.d.next = 0.into();
-                    // device memory may have changed since the last run
+                    // device memory may have changed since the last run: restart the queue at instruction 0
                     self.line_valid.d.next = false;
+                    self.q_flush.next = true;
+                    self.q_restart.next = bit_cast::<72, 64>(self.prog_base.val()) >> 5;
                     self.trap_valid.d.next = false;
                     self.err_code_r.d.next = 0.into();
                     self.err_pc_r.d.next = 0.into();
@@ -573,26 +636,23 @@ impl Logic for Core {
                     if self.byte_addr.val().get_bits::<8>(64).any() {
                         self.trap_now_info.next = bit_cast::<64, 32>(self.ones32.val()) | (bit_cast::<64, 32>(self.ones32.val()) << 32);
                     }
-                } else if self.line_valid.q.val() & (self.line_addr.q.val() == self.f_addr.val()) {
+                } else if self.line_valid.q.val() & (self.line_addr.q.val() == self.cur_line.val()) {
                     self.state.d.next = CoreState::Decode;
-                } else {
-                    self.f_req.next = true;
-                    if self.f_req_ready.val() {
-                        self.line_valid.d.next = false;
-                        self.line_addr.d.next = self.f_addr.val();
-                        self.state.d.next = CoreState::WaitLine;
-                    }
-                }
-            }
-            CoreState::WaitLine => {
-                if self.f_resp.val() {
-                    if self.f_stale.q.val() != 0 {
-                        self.f_stale.d.next = self.f_stale.q.val() - 1;
-                    } else {
-                        self.line_data.d.next = self.f_data.val();
+                } else if (self.q_count.q.val() != 0) & (self.head_line.q.val() == self.cur_line.val()) {
+                    // the pc's line is at the head of the queue: take it (once the RAM shows it)
+                    if self.head_ready.val() {
+                        self.line_data.d.next = self.queue.read_data.val();
+                        self.line_addr.d.next = self.cur_line.val();
                         self.line_valid.d.next = true;
+                        self.q_pop.next = true;
                         self.state.d.next = CoreState::Decode;
                     }
+                } else if (self.q_count.q.val() != 0) & (self.head_line.q.val() < self.cur_line.val()) {
+                    // a line the pc has passed (skipped): drop it
+                    self.q_pop.next = true;
+                } else if (self.cur_line.val() < self.head_line.q.val()) | (self.cur_line.val() > self.pf_line.q.val()) {
+                    // not coming: restart the queue at the pc's line
+                    self.q_flush.next = true;
                 }
             }
             CoreState::Decode => {
@@ -707,6 +767,44 @@ impl Logic for Core {
             }
         }
 
+        // ---- the instruction queue: responses fill it in order, requests run ahead of the pc while there is
+        // room, up to the program's end and device memory's (never a line the program does not hold)
+        self.resp_ok.next = self.f_resp.val() & (self.f_stale.q.val() == 0);
+        self.stale_after.next = self.f_stale.q.val();
+        if self.f_resp.val() & (self.f_stale.q.val() != 0) {
+            self.stale_after.next = self.f_stale.q.val() - 1;
+        }
+        self.queue.write_enable.next = self.resp_ok.val();
+        self.queue.write_address.next = self.q_head.q.val() + bit_cast::<QUEUE_BITS, 5>(self.q_count.q.val());
+        self.queue.write_data.next = self.f_data.val();
+        self.can_req.next = self.running.val()
+            & (self.state.q.val() != CoreState::TrapDrain)
+            & !self.q_flush.val()
+            & (bit_cast::<6, 5>(self.q_count.q.val()) + bit_cast::<6, 5>(self.q_out.q.val()) < self.queue_lines.val())
+            & (self.pf_line.q.val() < self.end_line.val())
+            & (self.pf_line.q.val() < self.mem_lines.val());
+        self.f_req.next = self.can_req.val();
+        self.f_addr.next = bit_cast::<64, 72>(self.pf_line.q.val());
+        self.req_ok.next = self.can_req.val() & self.f_req_ready.val();
+        self.f_stale.d.next = self.stale_after.val();
+        self.q_count.d.next = self.q_count.q.val() + self.resp_ok.val();
+        if self.q_pop.val() {
+            self.q_count.d.next = self.q_count.q.val() + self.resp_ok.val() - 1;
+            self.q_head.d.next = self.q_head.q.val() + 1;
+            self.head_line.d.next = self.head_line.q.val() + 1;
+        }
+        self.q_out.d.next = self.q_out.q.val() + self.req_ok.val() - bit_cast::<5, 1>(self.resp_ok.val().into());
+        self.pf_line.d.next = self.pf_line.q.val() + self.req_ok.val();
+        if self.q_flush.val() {
+            // what is still to come is dropped on arrival
+            self.f_stale.d.next = self.stale_after.val() + bit_cast::<6, 5>(self.q_out.q.val() - bit_cast::<5, 1>(self.resp_ok.val().into()));
+            self.q_count.d.next = 0.into();
+            self.q_out.d.next = 0.into();
+            self.q_head.d.next = 0.into();
+            self.head_line.d.next = self.q_restart.val();
+            self.pf_line.d.next = self.q_restart.val();
+        }
+
         // ---- traps: the core's own (in program order), then the units' (lowest pc wins)
         if self.trap_now.val() {
             self.state.d.next = CoreState::TrapDrain;
@@ -792,13 +890,12 @@ impl Logic for Core {
             self.cyc.d.next = 0.into();
             self.ret.d.next = 0.into();
             self.state.d.next = CoreState::Idle;
-            if (self.state.q.val() == CoreState::WaitLine) | (self.f_req.val() & self.f_req_ready.val()) {
-                self.f_stale.d.next = self.f_stale.q.val() + 1;
-            }
         }
         if self.reset.val() {
             self.state.d.next = CoreState::Idle;
             self.f_stale.d.next = 0.into();
+            self.q_count.d.next = 0.into();
+            self.q_out.d.next = 0.into();
             self.line_valid.d.next = false;
             self.fin_r.d.next = false;
         }

@@ -286,8 +286,9 @@ impl Logic for Mmio {
             }
         }
         if self.addr.val() == self.a_status.val() {
-            // a run started by the doorbell is busy from the cycle after the write on
-            self.value.next = bit_cast::<32, 1>((self.busy.val() | self.start_r.q.val()).into())
+            // a run started by the doorbell is busy from the cycle after the write on, one aborted by
+            // SOFT_RESET is not
+            self.value.next = bit_cast::<32, 1>(((self.busy.val() | self.start_r.q.val()) & !self.abort_r.q.val()).into())
                 | (bit_cast::<32, 1>(self.done.q.val().into()) << 1)
                 | (bit_cast::<32, 1>(self.error.q.val().into()) << 2);
         }
