@@ -1,5 +1,5 @@
 //! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA unit
-//! and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar and DMA
+//! behind its issue queue and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar and DMA
 //! instructions; the matrix, vector and attention units are not in it yet, so an instruction for them is
 //! never accepted (the run stalls until the watchdog ends it).
 //!
@@ -10,6 +10,7 @@
 
 use crate::ctrl::core::{Core, CSR_BUS, RF_BITS};
 use crate::ctrl::mmio::{Mmio, ADDR_BITS};
+use crate::ctrl::queue::IssueQueue;
 use crate::dma::{Dma, SPM_ROW_BITS};
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
@@ -42,6 +43,8 @@ pub struct Top<const R: usize> {
 
     mmio: Mmio,
     core: Core,
+    /// The DMA unit's issue queue: the core runs ahead of a busy DMA unit.
+    dma_q: IssueQueue,
     dma: Dma,
     /// The scratchpad: bank `b` holds words `8 row + b`.
     banks: [RAM<Bits<32>, R>; 8],
@@ -76,6 +79,7 @@ impl<const R: usize> Top<R> {
             m_resp_tag: Default::default(),
             mmio: Mmio::new(config),
             core: Core::new(config),
+            dma_q: Default::default(),
             dma: Dma::new(config),
             banks: Default::default(),
             dma_turn: Default::default(),
@@ -90,6 +94,7 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.clock.next = self.clock.val();
         self.core.clock.next = self.clock.val();
         self.dma.clock.next = self.clock.val();
+        self.dma_q.clock.next = self.clock.val();
         self.mmio.reset.next = self.reset.val();
         self.core.reset.next = self.reset.val();
         self.dma.reset.next = self.reset.val();
@@ -126,13 +131,20 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.dbg_preds.next = self.core.dbg_preds.val();
         self.mmio.dbg_csrs.next = self.core.dbg_csrs.val();
 
-        // ---- issue: bit 0 is the DMA unit; the other units are not built yet (never ready)
-        self.dma.iss_valid.next = self.core.iss_valid.val().get_bit(0);
-        self.dma.iss_word.next = self.core.iss_word.val();
-        self.dma.iss_pc.next = self.core.iss_pc.val();
-        self.dma.iss_reg.next = self.core.iss_reg.val();
-        self.core.iss_ready.next = bit_cast::<4, 1>(self.dma.iss_ready.val().into());
-        self.core.units_idle.next = self.dma.idle.val();
+        // ---- issue: bit 0 is the DMA unit, through its queue; the other units are not built yet (never ready)
+        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0);
+        self.dma_q.push_word.next = self.core.iss_word.val();
+        self.dma_q.push_pc.next = self.core.iss_pc.val();
+        self.dma_q.push_reg.next = self.core.iss_reg.val();
+        self.core.iss_ready.next = bit_cast::<4, 1>(self.dma_q.push_ready.val().into());
+        // the unit takes the head when idle; after its trap the queued instructions are dropped
+        self.dma.iss_valid.next = self.dma_q.pop_valid.val() & !self.dma.trap_valid.val();
+        self.dma.iss_word.next = self.dma_q.pop_word.val();
+        self.dma.iss_pc.next = self.dma_q.pop_pc.val();
+        self.dma.iss_reg.next = self.dma_q.pop_reg.val();
+        self.dma_q.pop.next = self.dma.iss_ready.val() & !self.dma.trap_valid.val();
+        self.dma_q.flush.next = self.core.flush.val() | self.dma.trap_valid.val();
+        self.core.units_idle.next = self.dma_q.empty.val() & self.dma.idle.val();
         self.core.progress.next = self.dma.progress.val();
         self.dma.flush.next = self.core.flush.val();
         self.core.utrap_valid.next = self.dma.trap_valid.val();
