@@ -40,7 +40,7 @@ pub const DBG_R0: u32 = 0x200;
 pub const DBG_PRED: u32 = 0x240;
 pub const DBG_CSR0: u32 = 0x280;
 /// Number of CSRs in the debug window (`isa::Csr` codes 0..DBG_CSRS).
-pub const DBG_CSRS: u32 = 12;
+pub const DBG_CSRS: u32 = crate::isa::Csr::ALL.len() as u32;
 /// Bytes of the register window: every offset of the map is below this (the RTL decodes 12 address bits).
 pub const MAP_BYTES: u32 = 0x1000;
 

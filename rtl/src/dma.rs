@@ -13,7 +13,7 @@
 //! order); a store reads a line from the banks the cycle before it offers it to the memory. One instruction at
 //! a time (the issue port is ready when the unit is idle).
 
-use crate::ctrl::decode;
+use crate::ctrl::{constant as k, decode};
 use opu_hw::regs::ErrorCode;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
@@ -157,10 +157,9 @@ pub struct Dma {
     rot_l: Signal<Local, Bits<256>>,
     rot_r: Signal<Local, Bits<256>>,
     shift: Signal<Local, Bits<9>>,
-}
-
-fn k<const N: usize>(v: u64) -> Constant<Bits<N>> {
-    Constant::new(v.to_bits())
+    /// The current row's last line was written (load) or taken (store); move to the next row.
+    row_done: Signal<Local, Bit>,
+    next_row: Signal<Local, Bit>,
 }
 
 impl Dma {
@@ -269,6 +268,8 @@ impl Dma {
             rot_l: Default::default(),
             rot_r: Default::default(),
             shift: Default::default(),
+            row_done: Default::default(),
+            next_row: Default::default(),
         }
     }
 }
@@ -296,6 +297,8 @@ impl Logic for Dma {
         self.m_wmask.next = 0.into();
         self.s_we.next = 0.into();
         self.s_wdata.next = 0.into();
+        self.row_done.next = false;
+        self.next_row.next = false;
 
         // ---- decode of an issued instruction: the 1-D line `mem + r[idx] * stride` in 64 bits
         self.opc.next = self.iss_word.val().get_bits::<8>(0);
@@ -420,9 +423,7 @@ impl Logic for Dma {
                     }
                     self.state.d.next = DmaState::Idle;
                 } else if self.row.q.val() + 1 < self.rows.q.val() {
-                    self.row.d.next = self.row.q.val() + 1;
-                    self.rspm.d.next = self.rspm.q.val() + bit_cast::<36, 20>(self.spm_stride.q.val());
-                    self.rline.d.next = self.rline.q.val() + bit_cast::<72, 20>(self.mem_stride.q.val());
+                    self.next_row.next = true;
                 } else {
                     // every row checked: copy from row 0
                     self.row.d.next = 0.into();
@@ -454,13 +455,7 @@ impl Logic for Dma {
                     self.progress.next = true;
                     if self.resp_k.q.val() + 1 == self.nlines.val() {
                         self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 24>(self.nbytes.q.val());
-                        self.state.d.next = DmaState::Row;
-                        self.row.d.next = self.row.q.val() + 1;
-                        self.rspm.d.next = self.rspm.q.val() + bit_cast::<36, 20>(self.spm_stride.q.val());
-                        self.rline.d.next = self.rline.q.val() + bit_cast::<72, 20>(self.mem_stride.q.val());
-                        if self.row.q.val() + 1 == self.rows.q.val() {
-                            self.state.d.next = DmaState::Idle;
-                        }
+                        self.row_done.next = true;
                     }
                 }
             }
@@ -481,16 +476,24 @@ impl Logic for Dma {
                     self.req_k.d.next = self.req_k.q.val() + 1;
                     if self.req_k.q.val() + 1 == self.nlines.val() {
                         self.wr_total.d.next = self.wr_total.q.val() + bit_cast::<64, 24>(self.nbytes.q.val());
-                        self.state.d.next = DmaState::Row;
-                        self.row.d.next = self.row.q.val() + 1;
-                        self.rspm.d.next = self.rspm.q.val() + bit_cast::<36, 20>(self.spm_stride.q.val());
-                        self.rline.d.next = self.rline.q.val() + bit_cast::<72, 20>(self.mem_stride.q.val());
-                        if self.row.q.val() + 1 == self.rows.q.val() {
-                            self.state.d.next = DmaState::Idle;
-                        }
+                        self.row_done.next = true;
                     }
                 }
             }
+        }
+        // a row copied: the next one, or the end of the instruction
+        if self.row_done.val() {
+            self.next_row.next = true;
+            self.state.d.next = DmaState::Row;
+            if self.row.q.val() + 1 == self.rows.q.val() {
+                self.state.d.next = DmaState::Idle;
+            }
+        }
+        // the next row's first scratchpad word and memory line (checking, then copying)
+        if self.next_row.val() {
+            self.row.d.next = self.row.q.val() + 1;
+            self.rspm.d.next = self.rspm.q.val() + bit_cast::<36, 20>(self.spm_stride.q.val());
+            self.rline.d.next = self.rline.q.val() + bit_cast::<72, 20>(self.mem_stride.q.val());
         }
         self.m_addr.next = bit_cast::<64, 72>(self.rline.q.val() + bit_cast::<72, 20>(self.req_k.q.val()));
 

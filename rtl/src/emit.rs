@@ -132,11 +132,7 @@ pub fn packed_mul_w4x2_top() -> PackedMulW4x2 {
     connect_top!(PackedMulW4x2::default(), clock, w0, w1, x)
 }
 
-pub(crate) fn checked<U: Block>(uut: &U) -> Result<String, EmitError> {
-    checked_verilog(uut)
-}
-
-fn checked_verilog<U: Block>(uut: &U) -> Result<String, EmitError> {
+pub(crate) fn checked_verilog<U: Block>(uut: &U) -> Result<String, EmitError> {
     check_all(uut).map_err(|e| EmitError::Check(format!("{e:?}")))?;
     Ok(generate_verilog_unchecked(uut))
 }

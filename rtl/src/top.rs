@@ -8,7 +8,7 @@
 //! takes the cycles it leaves. `ldr` reads the scratchpad through the banks' read port, which is free then
 //! (the core issues `ldr` only when the units are idle).
 
-use crate::ctrl::core::{Core, CSR_BUS, RF_BITS};
+use crate::ctrl::core::Core;
 use crate::ctrl::mmio::{Mmio, ADDR_BITS};
 use crate::ctrl::queue::IssueQueue;
 use crate::dma::{Dma, SPM_ROW_BITS};
@@ -56,7 +56,6 @@ impl<const R: usize> Top<R> {
     pub fn new(config: &OverlayConfig) -> Self {
         assert_eq!(config.scratchpad_bytes as u64, 32u64 << R, "bank rows for the scratchpad of `{}`", config.name);
         assert!(R <= SPM_ROW_BITS);
-        let _ = (CSR_BUS, RF_BITS);
         Top {
             clock: Default::default(),
             reset: Default::default(),
@@ -263,7 +262,7 @@ pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitEr
         t.m_rdata.connect();
         t.m_resp_tag.connect();
         t.connect_all();
-        crate::emit::checked(&t)
+        crate::emit::checked_verilog(&t)
     }
     let rows = (config.scratchpad_bytes / 32).trailing_zeros();
     match rows {

@@ -1,6 +1,6 @@
 //! Simulation speed of the Verilator models of `opu_rtlsim::rtl`: each built unit ticks for about a second with
 //! fresh random values on every input port each cycle (through the [`RtlModel`] interface, so a unit added
-//! to opu-verilate's list is benchmarked without touching this file).
+//! to rtlsim/build.rs's list is benchmarked without touching this file).
 //!
 //! The last column ticks a quarter of that time with the inputs held: the model alone, without the cost of
 //! driving its ports.

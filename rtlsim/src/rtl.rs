@@ -1,6 +1,6 @@
 //! Verilator models of opu-rtl units: the RTL itself, cycle by cycle, behind typed Rust wrappers.
 //!
-//! opu-verilate emits each unit's Verilog with `opu_rtl::emit_verilog`, verilates it and generates one struct
+//! rtlsim/build.rs emits each unit's Verilog with `opu_rtl::emit_verilog`, and opu-verilate verilates it and generates one struct
 //! per unit, named in CamelCase (`dsp_acc_w4x2` -> [`DspAccW4x2`](self)), with:
 //!
 //! - `new()` (also `Default`), `Drop`, `eval()`;
@@ -21,7 +21,7 @@
 //!
 //! They exist only when the crate was built with Verilator >= 5 on PATH ([`available`]; [`UNITS`] is empty
 //! otherwise); `REQUIRE_VERILATOR=1` makes its absence a build error. The list of units is `UNITS` in
-//! opu-verilate; see rtlsim/README.md "Verilator models".
+//! rtlsim/build.rs; see rtlsim/README.md "Verilator models".
 //!
 //! # Waveforms
 //!

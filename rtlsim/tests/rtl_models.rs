@@ -1,4 +1,4 @@
-//! The Verilator models of `opu_rtlsim::rtl` (the RTL of opu-rtl, verilated by opu-verilate) against
+//! The Verilator models of `opu_rtlsim::rtl` (the RTL of opu-rtl, verilated by rtlsim/build.rs through opu-verilate) against
 //! opu_hw's numerics, bit for bit; and the generated wrappers' port plumbing on every Verilator port class.
 //!
 //! Without the models (opu-sim built without verilator on PATH) every test prints SKIPPED and passes,

@@ -437,4 +437,3 @@ mod tests {
         assert_eq!(DType::from_code(1), Some(DType::F32));
     }
 }
-

@@ -25,10 +25,11 @@ use super::decode::{self, entry, ISSUE_UNITS};
 use opu_hw::isa::NUM_REGS;
 use opu_hw::regs::ErrorCode;
 use opu_hw::OverlayConfig;
+use super::constant as k;
 use rust_hdl::prelude::*;
 
 /// Bits of the packed CSR bus (`csr` code `c` at bits `32c..32c+32`).
-pub const CSR_BUS: usize = 12 * 32;
+pub const CSR_BUS: usize = opu_hw::isa::Csr::ALL.len() * 32;
 /// Bits of the packed register file.
 pub const RF_BITS: usize = NUM_REGS * 32;
 /// Units on the issue port.
@@ -265,10 +266,6 @@ pub struct Core {
     /// The pc as ERROR_PC and the units see it (saturated to 32 bits).
     pc32: Signal<Local, Bits<32>>,
     running: Signal<Local, Bit>,
-}
-
-fn k<const N: usize>(v: u64) -> Constant<Bits<N>> {
-    Constant::new(v.to_bits())
 }
 
 impl Core {

@@ -12,6 +12,8 @@
 
 use opu_hw::regs;
 use opu_hw::OverlayConfig;
+use super::constant as k;
+use super::core::{CSR_BUS, RF_BITS};
 use rust_hdl::prelude::*;
 
 /// Width of the host address (the 4 KiB register window).
@@ -55,9 +57,9 @@ pub struct Mmio {
     pub skipped_blocks: Signal<In, Bits<32>>,
     pub kv_history_hits: Signal<In, Bits<32>>,
     /// The core's state for the debug window (`Core::dbg_*`).
-    pub dbg_rf: Signal<In, Bits<512>>,
+    pub dbg_rf: Signal<In, Bits<RF_BITS>>,
     pub dbg_preds: Signal<In, Bits<8>>,
-    pub dbg_csrs: Signal<In, Bits<384>>,
+    pub dbg_csrs: Signal<In, Bits<CSR_BUS>>,
 
     // ---- state
     irq_en: DFF<Bit>,
@@ -129,10 +131,6 @@ pub struct Mmio {
     value: Signal<Local, Bits<32>>,
     clear: Signal<Local, Bit>,
     arg_off: Signal<Local, Bits<ADDR_BITS>>,
-}
-
-fn k<const N: usize>(v: u64) -> Constant<Bits<N>> {
-    Constant::new(v.to_bits())
 }
 
 impl Mmio {

@@ -52,6 +52,11 @@ pub fn run_ok(cmd: &mut Command) -> String {
 /// rust-hdl's style warnings (DECLFILENAME, UNUSEDSIGNAL, UNUSEDPARAM, WIDTH). Skipped (or a failure under
 /// REQUIRE_VERILATOR=1) when verilator is missing.
 pub fn lint(top: &str, verilog: &str) {
+    lint_with(top, verilog, &[]);
+}
+
+/// [`lint`] with more Verilator flags (`-Wno-...` for a warning a unit is known to raise, said why there).
+pub fn lint_with(top: &str, verilog: &str, extra: &[&str]) {
     if !have_tool("verilator", "verilator lint") {
         return;
     }
@@ -62,6 +67,7 @@ pub fn lint(top: &str, verilog: &str) {
         Command::new("verilator")
             .args(["--lint-only", "-Wall", "-Wno-DECLFILENAME", "-Wno-UNUSEDSIGNAL", "-Wno-UNUSEDPARAM"])
             .args(["-Wno-WIDTH", "--top-module", top])
+            .args(extra)
             .arg(&f),
     );
     let _ = std::fs::remove_dir_all(&d);

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use opu_hw::device::{check_range, Completion, Device, DeviceError};
+use opu_hw::isa::NUM_REGS;
 use opu_hw::regs::{self, control, ErrorCode};
 
 use super::FuncSim;
@@ -113,7 +114,7 @@ impl Device for FuncSim {
             regs::CFG_DOT_WIDTH => self.config.dot_width,
             regs::CFG_SCRATCHPAD_BYTES => self.config.scratchpad_bytes,
             regs::CFG_KV_HISTORY_SLOTS => self.config.kv_history_slots,
-            o if (regs::DBG_R0..regs::DBG_R0 + 64).contains(&o) => self.machine.r[((o - regs::DBG_R0) / 4) as usize],
+            o if (regs::DBG_R0..regs::DBG_R0 + 4 * NUM_REGS as u32).contains(&o) => self.machine.r[((o - regs::DBG_R0) / 4) as usize],
             regs::DBG_PRED => self.machine.p.iter().enumerate().map(|(i, &p)| u32::from(p) << i).sum(),
             o if (regs::DBG_CSR0..regs::DBG_CSR0 + 4 * regs::DBG_CSRS).contains(&o) => {
                 self.machine.csr[((o - regs::DBG_CSR0) / 4) as usize]
