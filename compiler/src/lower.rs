@@ -182,6 +182,20 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         layer_mats.push([mat(&n.wq)?, mat(&n.wk)?, mat(&n.wv)?, mat(&n.wo)?, mat(&n.w_gate)?, mat(&n.w_up)?, mat(&n.w_down)?]);
     }
     let output = mat(if cfg.tied_output { TOKEN_EMBD } else { OUTPUT })?;
+    // The matrix unit holds whole rows in its weight buffer (docs/isa.md, `matmul`).
+    let max_row = config.max_matmul_row_bytes() as usize;
+    for m in layer_mats.iter().flatten().chain(std::iter::once(&output)) {
+        let rb = m.format.row_bytes(m.cols).unwrap_or(usize::MAX);
+        if rb > max_row {
+            return Err(fits(format!(
+                "a row of `{}` ({} columns, {}) is {rb} bytes; the weight buffer holds rows of at most {max_row} bytes (weight_fifo_bytes = {})",
+                m.name,
+                m.cols,
+                m.format.name(),
+                config.weight_fifo_bytes
+            )));
+        }
+    }
     let gains = |name: &str| -> Result<Vec<u8>, CompileError> {
         Ok(quantize::gains(g, tensor(g, name)?)?.iter().flat_map(|x| x.to_le_bytes()).collect())
     };

@@ -30,7 +30,9 @@ pub struct OverlayConfig {
     pub max_batch: u32,
     /// On-chip scratchpad (activations, vectors, tables), bytes. Addressed in 4-byte words by the ISA.
     pub scratchpad_bytes: u32,
-    /// Weight stream FIFO between the memory system and the PE array, bytes.
+    /// The matrix unit's weight buffer, bytes: two buffers (one loads while the other computes) of
+    /// `2 x pe_lanes` row slots (the rows the array computes at once, replayed for each token of a `matmul`).
+    /// It bounds a `matmul` row: [`OverlayConfig::max_matmul_row_bytes`].
     pub weight_fifo_bytes: u32,
     /// Tokens the on-chip KV history buffer holds (SkipOPU cross-layer KV reuse).
     pub kv_history_slots: u32,
@@ -77,7 +79,7 @@ impl OverlayConfig {
             vector_lanes: 8,
             max_batch: 16,
             scratchpad_bytes: 1 << 20,
-            weight_fifo_bytes: 16 << 10,
+            weight_fifo_bytes: 64 << 10,
             kv_history_slots: 2048,
             kv_history_width: 256,
             device_memory_bytes: 1 << 30,
@@ -103,7 +105,7 @@ impl OverlayConfig {
             vector_lanes: 64,
             max_batch: 64,
             scratchpad_bytes: 4 << 20,
-            weight_fifo_bytes: 256 << 10,
+            weight_fifo_bytes: 1 << 20,
             kv_history_slots: 4096,
             kv_history_width: 256,
             device_memory_bytes: 8 << 30,
@@ -192,6 +194,13 @@ impl OverlayConfig {
         if self.weight_fifo_bytes < 1024 || !self.weight_fifo_bytes.is_power_of_two() {
             return bad("weight_fifo_bytes", self.weight_fifo_bytes, "expected a power of two >= 1024");
         }
+        if u64::from(self.weight_fifo_bytes) < 512 * u64::from(self.pe_lanes) {
+            return bad(
+                "weight_fifo_bytes",
+                self.weight_fifo_bytes,
+                format!("expected at least 512 x pe_lanes = {} (4 lines per row slot)", 512 * u64::from(self.pe_lanes)),
+            );
+        }
         if !self.kv_history_width.is_multiple_of(16) || self.kv_history_width > 4096 {
             return bad("kv_history_width", self.kv_history_width, "expected a multiple of 16, at most 4096");
         }
@@ -269,6 +278,20 @@ impl OverlayConfig {
         self.peak_bandwidth_bytes_per_s() / (f64::from(self.core_clock_mhz) * 1e6)
     }
 
+    /// Lines (32 bytes) of one row slot of the weight buffer: `weight_fifo_bytes` over two buffers of
+    /// `2 x pe_lanes` slots.
+    pub fn weight_row_lines(&self) -> u32 {
+        self.weight_fifo_bytes / (2 * 2 * self.pe_lanes * 32)
+    }
+
+    /// The longest `matmul` row, bytes, that a row slot holds wherever in a line the row starts (a row of
+    /// `32 (lines - 2)` bytes spans at most `lines` lines), and at most 65472 (the matrix unit's 16-bit row
+    /// length). A longer row traps `BAD_OPERAND`: 1984 bytes at both presets (W4Min up to 3174 columns, W8
+    /// up to 1867).
+    pub fn max_matmul_row_bytes(&self) -> u32 {
+        (32 * self.weight_row_lines().saturating_sub(2)).min(65472)
+    }
+
     /// Bytes of the on-chip KV history buffer (K and V, FP16).
     pub fn kv_history_bytes(&self) -> u64 {
         u64::from(self.kv_history_slots) * u64::from(self.kv_history_width) * 2 * 2
@@ -297,7 +320,7 @@ mod tests {
     #[test]
     fn hash_is_stable_and_ignores_name() {
         // Burnt into programs: if this changes, every compiled program is refused. Change on purpose only.
-        assert_eq!(OverlayConfig::sim().hash(), 0x7bd7_c77d_545e_94cd_u64, "{:#x}", OverlayConfig::sim().hash());
+        assert_eq!(OverlayConfig::sim().hash(), 0x1dec_0fba_b5cc_ec20_u64, "{:#x}", OverlayConfig::sim().hash());
         let mut renamed = OverlayConfig::sim();
         renamed.name = "other".into();
         assert_eq!(renamed.hash(), OverlayConfig::sim().hash());

@@ -138,7 +138,7 @@ pub(crate) fn checked_verilog<U: Block>(uut: &U) -> Result<String, EmitError> {
 }
 
 /// Renames rust-hdl's top module `top` (and the `top$..` child modules) to `name` (`name$..`).
-fn rename_top(verilog: &str, name: &str) -> String {
+pub(crate) fn rename_top(verilog: &str, name: &str) -> String {
     let mut out = String::with_capacity(verilog.len() + 64);
     for line in verilog.lines() {
         let t = line.trim_start();

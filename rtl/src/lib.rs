@@ -16,6 +16,8 @@
 //!   scalar unit, issue with a scoreboard, traps, watchdog) and the decoder tables built from the ISA.
 //! - [`dma`]: the DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory and the 8-bank
 //!   scratchpad.
+//! - [`matrix`]: the matrix unit (`matmul`): its sequencer (rust-hdl HDL), the weight feeds and the datapath
+//!   around the PE array.
 //! - [`top`]: the overlay so far: register file, core, DMA unit and scratchpad on one memory port.
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
@@ -42,6 +44,7 @@ pub mod dsp3;
 pub mod emit;
 pub mod fp32;
 pub mod lane;
+pub mod matrix;
 pub mod reduce;
 pub mod round;
 pub mod router;

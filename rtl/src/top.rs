@@ -1,17 +1,23 @@
 //! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA unit
-//! behind its issue queue and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar and DMA
-//! instructions; the matrix, vector and attention units are not in it yet, so an instruction for them is
-//! never accepted (the run stalls until the watchdog ends it).
+//! and the matrix unit (`matmul`) each behind its issue queue, and the 8-bank scratchpad, on one
+//! device-memory port. It runs programs of control, scalar, DMA and `matmul` instructions; the vector and
+//! attention units are not in it yet, nor `route` and the matrix unit's `f16` format and reduction, so such
+//! an instruction is never accepted (the run stalls until the watchdog ends it).
+//!
+//! The DMA and matrix units exchange data through the scratchpad and device memory, so the core issues to
+//! one of them only while the other is idle with an empty queue (instructions for the same unit queue up
+//! behind each other): the interlock docs/isa.md asks for, at the granularity of units.
 //!
 //! Memory port: one request per cycle (32-byte lines; reads answered in order with the request's `m_tag`
-//! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit). The DMA unit has priority; fetch
-//! takes the cycles it leaves. `ldr` reads the scratchpad through the banks' read port, which is free then
-//! (the core issues `ldr` only when the units are idle).
+//! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 2 for the matrix unit). The units
+//! have priority; fetch takes the cycles they leave. `ldr` reads the scratchpad through the banks' read
+//! port, which is free then (the core issues `ldr` only when the units are idle).
 
 use crate::ctrl::core::Core;
 use crate::ctrl::mmio::{Mmio, ADDR_BITS};
 use crate::ctrl::queue::IssueQueue;
 use crate::dma::{Dma, SPM_ROW_BITS};
+use crate::matrix::Matrix;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 
@@ -36,24 +42,34 @@ pub struct Top<const R: usize> {
     pub m_addr: Signal<Out, Bits<64>>,
     pub m_wdata: Signal<Out, Bits<256>>,
     pub m_wmask: Signal<Out, Bits<32>>,
-    pub m_tag: Signal<Out, Bit>,
+    pub m_tag: Signal<Out, Bits<2>>,
     pub m_resp: Signal<In, Bit>,
     pub m_rdata: Signal<In, Bits<256>>,
-    pub m_resp_tag: Signal<In, Bit>,
+    pub m_resp_tag: Signal<In, Bits<2>>,
 
     mmio: Mmio,
     core: Core,
     /// The DMA unit's issue queue: the core runs ahead of a busy DMA unit.
     dma_q: IssueQueue,
     dma: Dma,
+    mat_q: IssueQueue,
+    mat: Matrix,
     /// The scratchpad: bank `b` holds words `8 row + b`.
     banks: [RAM<Bits<32>, R>; 8],
     dma_turn: Signal<Local, Bit>,
+    mat_turn: Signal<Local, Bit>,
+    sp_we: Signal<Local, Bits<8>>,
+    sp_waddr: Signal<Local, Bits<{ crate::dma::SPM_ADDR_BUS }>>,
+    sp_wdata: Signal<Local, Bits<256>>,
+    sp_raddr: Signal<Local, Bits<{ crate::dma::SPM_ADDR_BUS }>>,
+    dma_side_idle: Signal<Local, Bit>,
+    mat_side_idle: Signal<Local, Bit>,
     ldr_row: Signal<Local, Bits<R>>,
 }
 
 impl<const R: usize> Top<R> {
-    pub fn new(config: &OverlayConfig) -> Self {
+    /// `dp_cores`: the Verilog under the matrix unit's datapath (`matrix::dp_cores`).
+    pub fn new(config: &OverlayConfig, dp_cores: String) -> Self {
         assert_eq!(config.scratchpad_bytes as u64, 32u64 << R, "bank rows for the scratchpad of `{}`", config.name);
         assert!(R <= SPM_ROW_BITS);
         Top {
@@ -80,8 +96,17 @@ impl<const R: usize> Top<R> {
             core: Core::new(config),
             dma_q: Default::default(),
             dma: Dma::new(config),
+            mat_q: Default::default(),
+            mat: Matrix::new(config, dp_cores),
             banks: Default::default(),
             dma_turn: Default::default(),
+            mat_turn: Default::default(),
+            sp_we: Default::default(),
+            sp_waddr: Default::default(),
+            sp_wdata: Default::default(),
+            sp_raddr: Default::default(),
+            dma_side_idle: Default::default(),
+            mat_side_idle: Default::default(),
             ldr_row: Default::default(),
         }
     }
@@ -94,6 +119,9 @@ impl<const R: usize> Logic for Top<R> {
         self.core.clock.next = self.clock.val();
         self.dma.clock.next = self.clock.val();
         self.dma_q.clock.next = self.clock.val();
+        self.mat_q.clock.next = self.clock.val();
+        self.mat.clock.next = self.clock.val();
+        self.mat.reset.next = self.reset.val();
         self.mmio.reset.next = self.reset.val();
         self.core.reset.next = self.reset.val();
         self.dma.reset.next = self.reset.val();
@@ -120,9 +148,9 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.err_info.next = self.core.err_info.val();
         self.mmio.cycles.next = self.core.cycles.val();
         self.mmio.instret.next = self.core.instret.val();
-        self.mmio.bytes_read.next = self.dma.bytes_read.val();
+        self.mmio.bytes_read.next = self.dma.bytes_read.val() + self.mat.bytes_read.val();
         self.mmio.bytes_written.next = self.dma.bytes_written.val();
-        self.mmio.macs.next = 0.into();
+        self.mmio.macs.next = self.mat.macs.val();
         self.mmio.stall_cycles.next = 0.into();
         self.mmio.skipped_blocks.next = 0.into();
         self.mmio.kv_history_hits.next = 0.into();
@@ -130,26 +158,46 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.dbg_preds.next = self.core.dbg_preds.val();
         self.mmio.dbg_csrs.next = self.core.dbg_csrs.val();
 
-        // ---- issue: bit 0 is the DMA unit, through its queue; the other units are not built yet (never ready)
-        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0);
+        // ---- issue: bit 0 the DMA unit, bit 1 the matrix unit, each through its queue, one side at a time;
+        // the vector and attention units are not built yet (never ready)
+        self.dma_side_idle.next = self.dma_q.empty.val() & self.dma.idle.val();
+        self.mat_side_idle.next = self.mat_q.empty.val() & self.mat.idle.val();
+        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val();
         self.dma_q.push_word.next = self.core.iss_word.val();
         self.dma_q.push_pc.next = self.core.iss_pc.val();
         self.dma_q.push_reg.next = self.core.iss_reg.val();
-        self.core.iss_ready.next = bit_cast::<4, 1>(self.dma_q.push_ready.val().into());
-        // the unit takes the head when idle; after its trap the queued instructions are dropped
+        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.dma_side_idle.val();
+        self.mat_q.push_word.next = self.core.iss_word.val();
+        self.mat_q.push_pc.next = self.core.iss_pc.val();
+        self.mat_q.push_reg.next = self.core.iss_reg.val();
+        self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val()).into())
+            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.dma_side_idle.val()).into()) << 1);
+        // a unit takes the head when idle; after its trap the queued instructions are dropped
         self.dma.iss_valid.next = self.dma_q.pop_valid.val() & !self.dma.trap_valid.val();
         self.dma.iss_word.next = self.dma_q.pop_word.val();
         self.dma.iss_pc.next = self.dma_q.pop_pc.val();
         self.dma.iss_reg.next = self.dma_q.pop_reg.val();
         self.dma_q.pop.next = self.dma.iss_ready.val() & !self.dma.trap_valid.val();
         self.dma_q.flush.next = self.core.flush.val() | self.dma.trap_valid.val();
-        self.core.units_idle.next = self.dma_q.empty.val() & self.dma.idle.val();
-        self.core.progress.next = self.dma.progress.val();
+        self.mat.iss_valid.next = self.mat_q.pop_valid.val() & !self.mat.trap_valid.val();
+        self.mat.iss_word.next = self.mat_q.pop_word.val();
+        self.mat.iss_pc.next = self.mat_q.pop_pc.val();
+        self.mat_q.pop.next = self.mat.iss_ready.val() & self.mat_q.pop_valid.val() & !self.mat.trap_valid.val();
+        self.mat_q.flush.next = self.core.flush.val() | self.mat.trap_valid.val();
+        self.core.units_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val();
+        self.core.progress.next = self.dma.progress.val() | self.mat.progress.val();
         self.dma.flush.next = self.core.flush.val();
-        self.core.utrap_valid.next = self.dma.trap_valid.val();
+        self.mat.flush.next = self.core.flush.val();
+        // one side runs at a time, so at most one unit traps
+        self.core.utrap_valid.next = self.dma.trap_valid.val() | self.mat.trap_valid.val();
         self.core.utrap_code.next = self.dma.trap_code.val();
         self.core.utrap_pc.next = self.dma.trap_pc.val();
         self.core.utrap_info.next = self.dma.trap_info.val();
+        if self.mat.trap_valid.val() {
+            self.core.utrap_code.next = self.mat.trap_code.val();
+            self.core.utrap_pc.next = self.mat.trap_pc.val();
+            self.core.utrap_info.next = self.mat.trap_info.val();
+        }
         self.core.rwb_valid.next = false;
         self.core.rwb_idx.next = 0.into();
         self.core.rwb_data.next = 0.into();
@@ -157,25 +205,45 @@ impl<const R: usize> Logic for Top<R> {
         self.core.pwb_idx.next = 0.into();
         self.core.pwb_data.next = false;
 
-        // ---- memory port: the DMA unit first, fetch in the cycles it leaves
+        // ---- memory port: the DMA unit, then the matrix unit, fetch in the cycles they leave
         self.dma_turn.next = self.dma.m_req.val();
-        self.m_req.next = self.dma.m_req.val() | self.core.f_req.val();
+        self.mat_turn.next = self.mat.m_req.val() & !self.dma.m_req.val();
+        self.m_req.next = self.dma.m_req.val() | self.mat.m_req.val() | self.core.f_req.val();
         self.m_write.next = self.dma.m_write.val() & self.dma_turn.val();
         self.m_addr.next = self.core.f_addr.val();
         self.m_wdata.next = self.dma.m_wdata.val();
         self.m_wmask.next = self.dma.m_wmask.val();
-        self.m_tag.next = self.dma_turn.val();
+        self.m_tag.next = 0.into();
+        if self.mat_turn.val() {
+            self.m_addr.next = self.mat.m_addr.val();
+            self.m_tag.next = 2.into();
+        }
         if self.dma_turn.val() {
             self.m_addr.next = self.dma.m_addr.val();
+            self.m_tag.next = 1.into();
         }
         self.dma.m_req_ready.next = self.m_req_ready.val();
-        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val();
-        self.dma.m_resp.next = self.m_resp.val() & self.m_resp_tag.val();
-        self.core.f_resp.next = self.m_resp.val() & !self.m_resp_tag.val();
+        self.mat.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val();
+        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.mat_turn.val();
+        self.dma.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 1);
+        self.mat.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 2);
+        self.core.f_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 0);
         self.dma.m_rdata.next = self.m_rdata.val();
+        self.mat.m_rdata.next = self.m_rdata.val();
         self.core.f_data.next = self.m_rdata.val();
 
-        // ---- scratchpad banks: the DMA unit writes and reads; ldr reads when the DMA unit is idle
+        // ---- scratchpad banks: the DMA unit's or, while it runs, the matrix unit's ports; ldr
+        // reads when both are idle
+        self.sp_we.next = self.dma.s_we.val();
+        self.sp_waddr.next = self.dma.s_waddr.val();
+        self.sp_wdata.next = self.dma.s_wdata.val();
+        self.sp_raddr.next = self.dma.s_raddr.val();
+        if !self.mat.idle.val() {
+            self.sp_we.next = self.mat.s_we.val();
+            self.sp_waddr.next = self.mat.s_waddr.val();
+            self.sp_wdata.next = self.mat.s_wdata.val();
+            self.sp_raddr.next = self.mat.s_raddr.val();
+        }
         self.ldr_row.next = bit_cast::<R, 20>(self.core.spm_addr.val() >> 3);
         self.banks[0].read_clock.next = self.clock.val();
         self.banks[1].read_clock.next = self.clock.val();
@@ -193,39 +261,39 @@ impl<const R: usize> Logic for Top<R> {
         self.banks[5].write_clock.next = self.clock.val();
         self.banks[6].write_clock.next = self.clock.val();
         self.banks[7].write_clock.next = self.clock.val();
-        self.banks[0].write_enable.next = self.dma.s_we.val().get_bit(0);
-        self.banks[1].write_enable.next = self.dma.s_we.val().get_bit(1);
-        self.banks[2].write_enable.next = self.dma.s_we.val().get_bit(2);
-        self.banks[3].write_enable.next = self.dma.s_we.val().get_bit(3);
-        self.banks[4].write_enable.next = self.dma.s_we.val().get_bit(4);
-        self.banks[5].write_enable.next = self.dma.s_we.val().get_bit(5);
-        self.banks[6].write_enable.next = self.dma.s_we.val().get_bit(6);
-        self.banks[7].write_enable.next = self.dma.s_we.val().get_bit(7);
-        self.banks[0].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(0));
-        self.banks[1].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(17));
-        self.banks[2].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(34));
-        self.banks[3].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(51));
-        self.banks[4].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(68));
-        self.banks[5].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(85));
-        self.banks[6].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(102));
-        self.banks[7].write_address.next = bit_cast::<R, 17>(self.dma.s_waddr.val().get_bits::<17>(119));
-        self.banks[0].write_data.next = self.dma.s_wdata.val().get_bits::<32>(0);
-        self.banks[1].write_data.next = self.dma.s_wdata.val().get_bits::<32>(32);
-        self.banks[2].write_data.next = self.dma.s_wdata.val().get_bits::<32>(64);
-        self.banks[3].write_data.next = self.dma.s_wdata.val().get_bits::<32>(96);
-        self.banks[4].write_data.next = self.dma.s_wdata.val().get_bits::<32>(128);
-        self.banks[5].write_data.next = self.dma.s_wdata.val().get_bits::<32>(160);
-        self.banks[6].write_data.next = self.dma.s_wdata.val().get_bits::<32>(192);
-        self.banks[7].write_data.next = self.dma.s_wdata.val().get_bits::<32>(224);
-        self.banks[0].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(0));
-        self.banks[1].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(17));
-        self.banks[2].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(34));
-        self.banks[3].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(51));
-        self.banks[4].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(68));
-        self.banks[5].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(85));
-        self.banks[6].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(102));
-        self.banks[7].read_address.next = bit_cast::<R, 17>(self.dma.s_raddr.val().get_bits::<17>(119));
-        if self.dma.idle.val() {
+        self.banks[0].write_enable.next = self.sp_we.val().get_bit(0);
+        self.banks[1].write_enable.next = self.sp_we.val().get_bit(1);
+        self.banks[2].write_enable.next = self.sp_we.val().get_bit(2);
+        self.banks[3].write_enable.next = self.sp_we.val().get_bit(3);
+        self.banks[4].write_enable.next = self.sp_we.val().get_bit(4);
+        self.banks[5].write_enable.next = self.sp_we.val().get_bit(5);
+        self.banks[6].write_enable.next = self.sp_we.val().get_bit(6);
+        self.banks[7].write_enable.next = self.sp_we.val().get_bit(7);
+        self.banks[0].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(0));
+        self.banks[1].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(17));
+        self.banks[2].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(34));
+        self.banks[3].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(51));
+        self.banks[4].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(68));
+        self.banks[5].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(85));
+        self.banks[6].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(102));
+        self.banks[7].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(119));
+        self.banks[0].write_data.next = self.sp_wdata.val().get_bits::<32>(0);
+        self.banks[1].write_data.next = self.sp_wdata.val().get_bits::<32>(32);
+        self.banks[2].write_data.next = self.sp_wdata.val().get_bits::<32>(64);
+        self.banks[3].write_data.next = self.sp_wdata.val().get_bits::<32>(96);
+        self.banks[4].write_data.next = self.sp_wdata.val().get_bits::<32>(128);
+        self.banks[5].write_data.next = self.sp_wdata.val().get_bits::<32>(160);
+        self.banks[6].write_data.next = self.sp_wdata.val().get_bits::<32>(192);
+        self.banks[7].write_data.next = self.sp_wdata.val().get_bits::<32>(224);
+        self.banks[0].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(0));
+        self.banks[1].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(17));
+        self.banks[2].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(34));
+        self.banks[3].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(51));
+        self.banks[4].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(68));
+        self.banks[5].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(85));
+        self.banks[6].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(102));
+        self.banks[7].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(119));
+        if self.dma.idle.val() & self.mat.idle.val() {
             self.banks[0].read_address.next = self.ldr_row.val();
             self.banks[1].read_address.next = self.ldr_row.val();
             self.banks[2].read_address.next = self.ldr_row.val();
@@ -243,6 +311,7 @@ impl<const R: usize> Logic for Top<R> {
             | (bit_cast::<256, 32>(self.banks[5].read_data.val()) << 160)
             | (bit_cast::<256, 32>(self.banks[6].read_data.val()) << 192)
             | (bit_cast::<256, 32>(self.banks[7].read_data.val()) << 224);
+        self.mat.s_rdata.next = self.dma.s_rdata.val();
         self.core.spm_data.next = self.dma.s_rdata.val().get_bits::<32>((bit_cast::<8, 3>(self.core.spm_addr.val().get_bits::<3>(0)) << 5).index());
     }
 }
@@ -250,7 +319,7 @@ impl<const R: usize> Logic for Top<R> {
 /// The top of `config` (its scratchpad sets the bank depth), ready to simulate or emit.
 pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
     fn build<const R: usize>(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
-        let mut t = Top::<R>::new(config);
+        let mut t = Top::<R>::new(config, crate::matrix::dp_cores(config)?);
         t.clock.connect();
         t.reset.connect();
         t.mmio_addr.connect();

@@ -111,6 +111,8 @@ fn range_in(size: usize, span: Span, code: ErrorCode) -> Result<Range<usize>, Tr
 pub(crate) struct Machine {
     pub act_bits: u32,
     pub max_batch: u32,
+    /// `OverlayConfig::max_matmul_row_bytes`.
+    pub max_row_bytes: u32,
     pub hist_slots: u32,
     pub hist_width: u32,
     pub cost_model: CostModel,
@@ -141,6 +143,7 @@ impl Machine {
         Machine {
             act_bits: config.act_mantissa_bits,
             max_batch: config.max_batch,
+            max_row_bytes: config.max_matmul_row_bytes(),
             hist_slots: config.kv_history_slots,
             hist_width: config.kv_history_width,
             cost_model: CostModel::new(config),

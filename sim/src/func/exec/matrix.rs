@@ -28,6 +28,7 @@ impl Machine {
         require(ntok > 0 && rows > 0 && cols > 0 && ntok <= self.max_batch)?;
         require(red == RedMode::None || ntok as usize <= NUM_RED)?;
         let row_bytes = fmt.row_bytes(cols as usize).ok_or_else(Trap::bad_operand)?;
+        require(row_bytes <= self.max_row_bytes as usize)?;
         let (nt, nr, nc) = (u128::from(ntok), u128::from(rows), u128::from(cols));
         let ob = out.bytes() as u128;
         let src_span = Span::vectors(word(src), nt, nc, 2);

@@ -1,0 +1,204 @@
+//! The matrix unit's datapath: a [`WeightFeed`](super::feed::WeightFeed) per lane, the PE array
+//! (`array::array_verilog`) and the hold registers the accumulators are captured into when a token's rows
+//! are done, so that the array goes on with the next token while the sequencer rounds and stores these.
+//!
+//! Structural Verilog generated here, like the array, because its internal buses grow with `pe_lanes`; its
+//! ports do not, so [`MatrixDatapath`] wraps it as a rust-hdl block of fixed width that the sequencer
+//! ([`super::Matrix`]) drives. The modules it instantiates are rust-hdl's (`opu_wfeed`, `opu_align`,
+//! `opu_lane`) and the array's.
+//!
+//! The step inputs (`rd_*`, `f_*`) are taken together; the datapath delays the schedule and the activation
+//! block by [`FEED_LATENCY`] to meet the weights the feeds read, so a step's half-block enters the array
+//! `FEED_LATENCY` edges after the sequencer presents it.
+
+use super::feed::FEED_LATENCY;
+use crate::lane::{ModelState, ACC_BITS};
+use opu_hw::OverlayConfig;
+use rust_hdl::prelude::*;
+use std::fmt::Write;
+
+/// The structural Verilog of `opu_matrix_dp` for `cfg` (the modules it instantiates are emitted separately).
+pub fn dp_verilog(cfg: &OverlayConfig) -> String {
+    let l = cfg.pe_lanes as usize;
+    let d = FEED_LATENCY;
+    let mut v = String::new();
+    writeln!(v, "// matrix unit datapath of overlay `{}`: {l} weight feeds, the PE array, hold registers.", cfg.name).unwrap();
+    writeln!(
+        v,
+        "\
+module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_line, rd_o0, rd_rb, rd_buf, rd_off,
+    rd_fmt, f_valid, f_half, f_row, f_clear, f_last, f_xf, o_sel, cap, o_acc0, o_acc1, o_nf0, o_nf1);
+    input wire clock;
+    input wire reset;
+    input wire [4:0] ld_o0;
+    input wire [15:0] ld_rb;
+    input wire ld_valid;
+    input wire ld_buf;
+    input wire [15:0] ld_idx;
+    input wire [255:0] ld_line;
+    input wire [4:0] rd_o0;
+    input wire [15:0] rd_rb;
+    input wire rd_buf;
+    input wire [15:0] rd_off;
+    input wire [1:0] rd_fmt;
+    input wire f_valid;
+    input wire f_half;
+    input wire f_row;
+    input wire f_clear;
+    input wire f_last;
+    input wire [511:0] f_xf;
+    input wire [7:0] o_sel;
+    output reg cap;
+    output wire [95:0] o_acc0;
+    output wire [95:0] o_acc1;
+    output wire o_nf0;
+    output wire o_nf1;
+    wire [{wb}:0] w;
+    wire [{db}:0] dm;
+    wire [{ab}:0] acc;
+    wire [{nb}:0] nf;
+    wire [{nb}:0] done;
+    // the schedule and the activations wait for the feeds' read ({d} stages); reset clears only `valid`
+    reg [517:0] sch [0:{dl}];
+    reg [{dl}:0] sv;
+    integer i;
+    always @(posedge clock) begin
+        sch[0] <= {{f_xf, rd_fmt, f_last, f_clear, f_row, f_half}};
+        for (i = 1; i < {d}; i = i + 1) sch[i] <= sch[i - 1];
+        sv <= reset ? {d}'d0 : {{sv[{dm1}:0], f_valid}};
+    end
+    opu_array array(.clock(clock), .reset(reset), .valid(sv[{dl}]), .mode(sch[{dl}][5:4]), .half(sch[{dl}][0]),
+        .row(sch[{dl}][1]), .clear(sch[{dl}][2]), .last(sch[{dl}][3]), .xf(sch[{dl}][517:6]), .w(w), .dm(dm),
+        .acc(acc), .nf(nf), .done(done));
+    // every lane finishes a token on the same edge as lane 0's row 1
+    reg [{ab}:0] hold;
+    reg [{nb}:0] hold_nf;
+    always @(posedge clock) begin
+        cap <= reset ? 1'b0 : done[1];
+        if (done[1]) begin
+            hold <= acc;
+            hold_nf <= nf;
+        end
+    end
+    assign o_acc0 = hold[{acc2} * o_sel +: {acc}];
+    assign o_acc1 = hold[{acc2} * o_sel + {acc} +: {acc}];
+    assign o_nf0 = hold_nf[2 * o_sel];
+    assign o_nf1 = hold_nf[2 * o_sel + 1];",
+        wb = 128 * l - 1,
+        db = 64 * l - 1,
+        ab = 2 * ACC_BITS * l - 1,
+        nb = 2 * l - 1,
+        dl = d - 1,
+        dm1 = d - 2,
+        acc = ACC_BITS,
+        acc2 = 2 * ACC_BITS,
+    )
+    .unwrap();
+    for i in 0..l {
+        writeln!(
+            v,
+            "    opu_wfeed feed{i}(.clock(clock), .row0(16'd{r}), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), \
+.ld_buf(ld_buf), .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_buf(rd_buf), .rd_off(rd_off), \
+.rd_half(f_half), .rd_row(f_row), .rd_fmt(rd_fmt), .w(w[{wh}:{wl}]), .dm(dm[{dh}:{dl}]));",
+            r = 2 * i,
+            wh = 128 * i + 127,
+            wl = 128 * i,
+            dh = 64 * i + 63,
+            dl = 64 * i,
+        )
+        .unwrap();
+    }
+    writeln!(v, "endmodule // opu_matrix_dp").unwrap();
+    v
+}
+
+/// The datapath as a rust-hdl block of fixed width: its Verilog instantiates `opu_matrix_dp` and carries
+/// the modules under it. Not simulated by rust-hdl (its `update` does nothing): the matrix unit is tested
+/// under Verilator against the functional simulator.
+#[derive(LogicBlock)]
+pub struct MatrixDatapath {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+    pub ld_o0: Signal<In, Bits<5>>,
+    pub ld_rb: Signal<In, Bits<16>>,
+    pub ld_valid: Signal<In, Bit>,
+    pub ld_buf: Signal<In, Bit>,
+    pub ld_idx: Signal<In, Bits<16>>,
+    pub ld_line: Signal<In, Bits<256>>,
+    pub rd_o0: Signal<In, Bits<5>>,
+    pub rd_rb: Signal<In, Bits<16>>,
+    pub rd_buf: Signal<In, Bit>,
+    pub rd_off: Signal<In, Bits<16>>,
+    pub rd_fmt: Signal<In, Bits<2>>,
+    pub f_valid: Signal<In, Bit>,
+    pub f_half: Signal<In, Bit>,
+    pub f_row: Signal<In, Bit>,
+    pub f_clear: Signal<In, Bit>,
+    pub f_last: Signal<In, Bit>,
+    pub f_xf: Signal<In, Bits<512>>,
+    pub o_sel: Signal<In, Bits<8>>,
+    /// A token's accumulators are in the hold registers (one cycle).
+    pub cap: Signal<Out, Bit>,
+    pub o_acc0: Signal<Out, Bits<ACC_BITS>>,
+    pub o_acc1: Signal<Out, Bits<ACC_BITS>>,
+    pub o_nf0: Signal<Out, Bit>,
+    pub o_nf1: Signal<Out, Bit>,
+    /// The Verilog of the modules under `opu_matrix_dp` and of `opu_matrix_dp` itself.
+    cores: ModelState<String>,
+}
+
+impl MatrixDatapath {
+    pub fn new(cores: String) -> Self {
+        MatrixDatapath {
+            clock: Default::default(),
+            reset: Default::default(),
+            ld_o0: Default::default(),
+            ld_rb: Default::default(),
+            ld_valid: Default::default(),
+            ld_buf: Default::default(),
+            ld_idx: Default::default(),
+            ld_line: Default::default(),
+            rd_o0: Default::default(),
+            rd_rb: Default::default(),
+            rd_buf: Default::default(),
+            rd_off: Default::default(),
+            rd_fmt: Default::default(),
+            f_valid: Default::default(),
+            f_half: Default::default(),
+            f_row: Default::default(),
+            f_clear: Default::default(),
+            f_last: Default::default(),
+            f_xf: Default::default(),
+            o_sel: Default::default(),
+            cap: Default::default(),
+            o_acc0: Default::default(),
+            o_acc1: Default::default(),
+            o_nf0: Default::default(),
+            o_nf1: Default::default(),
+            cores: ModelState(cores),
+        }
+    }
+}
+
+impl Logic for MatrixDatapath {
+    fn update(&mut self) {}
+    fn connect(&mut self) {
+        self.cap.connect();
+        self.o_acc0.connect();
+        self.o_acc1.connect();
+        self.o_nf0.connect();
+        self.o_nf1.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Wrapper(Wrapper {
+            code: "\
+opu_matrix_dp dp(.clock(clock), .reset(reset), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), .ld_buf(ld_buf),
+    .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_buf(rd_buf), .rd_off(rd_off),
+    .rd_fmt(rd_fmt), .f_valid(f_valid), .f_half(f_half), .f_row(f_row), .f_clear(f_clear), .f_last(f_last),
+    .f_xf(f_xf), .o_sel(o_sel), .cap(cap), .o_acc0(o_acc0), .o_acc1(o_acc1), .o_nf0(o_nf0), .o_nf1(o_nf1));
+"
+            .into(),
+            cores: self.cores.0.clone(),
+        })
+    }
+}

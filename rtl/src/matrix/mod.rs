@@ -1,0 +1,1058 @@
+//! The matrix unit: `matmul` of docs/isa.md on the PE array (rust-hdl HDL for the sequencing, the
+//! datapath in [`dp`] and [`feed`]).
+//!
+//! A `matmul` runs in row groups of `2 x pe_lanes` rows (lane `i` computes rows `2i, 2i + 1` of the group):
+//!
+//! 1. **Check**, in the functional simulator's order: operand rules (zero sizes, `ntok > max_batch`, `cols`
+//!    not whole blocks, a row longer than the weight buffer holds), the overlap of source and destination,
+//!    the destination's and the source's scratchpad spans, the weights' device-memory span. A violation
+//!    traps with the functional simulator's code and ERROR_INFO.
+//! 2. **Load** a group: its bytes are contiguous in device memory (rows back to back), so the unit requests
+//!    the group's lines in order and every weight feed keeps the lines of its two rows.
+//! 3. **Compute**, for each token: per block of 32 columns the token's 64 activation bytes are read from the
+//!    scratchpad (two 32-byte reads), and the array takes the block in 2 steps (W4Min, W4: half 0, half 1)
+//!    or 4 (W8: row 0 halves, then row 1's), `clear` on the first block, `last` on the final one.
+//! 4. **Store**: when a token's rows are done the accumulators go to hold registers ([`dp`]) and the array
+//!    goes on with the next token, while the readout, 32 bytes of output at a time, reads the old output
+//!    words (the `acc=1` start value, and the neighbours a partial word keeps), adds each start value onto
+//!    its accumulator (`WideAcc::add_f16` / `add_f32`: the sum is exact, so adding it last gives the same
+//!    bits as starting from it), rounds (`round`: `WideAcc::to_f16` / `to_f32`) and writes the words back.
+//!
+//! Not built yet: `fmt=f16` (it runs on the router's FP16 datapath), the fused `red`uction, `route`, and
+//! the overlap of one group's load with the previous group's compute (the buffer has room for both). The
+//! issue port does not accept those instructions, so a program using them stops at the watchdog.
+
+pub mod dp;
+pub mod feed;
+
+use crate::ctrl::{constant as k, decode};
+use crate::dma::{SPM_ADDR_BUS, SPM_BANKS, SPM_ROW_BITS};
+use crate::lane::ACC_BITS;
+use crate::round::Round;
+use dp::MatrixDatapath;
+use opu_hw::numerics::WeightFormat;
+use opu_hw::regs::ErrorCode;
+use opu_hw::OverlayConfig;
+use rust_hdl::prelude::*;
+
+#[derive(Copy, Clone, Debug, PartialEq, LogicState)]
+pub enum MatrixState {
+    Idle,
+    /// Operand rules, block bytes and row bytes.
+    Check0,
+    /// Row length against the buffer; span lengths.
+    Check1,
+    /// Overlap of source and destination.
+    Check2,
+    /// Destination span in the scratchpad.
+    Check3,
+    /// Source span in the scratchpad.
+    Check4,
+    /// Weight span in device memory.
+    Check5,
+    /// Start of a row group: its geometry.
+    Group,
+    /// The group's lines stream in.
+    Load,
+    /// Compute: start of a token.
+    Token,
+    /// Compute: the block's two 32-byte activation reads.
+    XRead0,
+    XRead1,
+    /// Compute: the block's steps into the array.
+    Step,
+    /// Every token of the group computed; waiting for the readout.
+    GroupEnd,
+    /// Flushed: waiting for the memory responses still in flight.
+    Drain,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, LogicState)]
+pub enum OutState {
+    Idle,
+    /// Read the chunk's old 32 bytes.
+    Read,
+    /// The old bytes arrive.
+    Old,
+    /// One lane per cycle into the rounding pipeline.
+    Lanes,
+    /// The pipeline empties into the chunk.
+    Drain,
+    /// Write the chunk.
+    Write,
+}
+
+#[derive(LogicBlock)]
+pub struct Matrix {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+    pub flush: Signal<In, Bit>,
+
+    // ---- issue (from the core, through the unit's queue)
+    pub iss_valid: Signal<In, Bit>,
+    pub iss_ready: Signal<Out, Bit>,
+    pub iss_word: Signal<In, Bits<128>>,
+    pub iss_pc: Signal<In, Bits<32>>,
+    pub idle: Signal<Out, Bit>,
+    pub progress: Signal<Out, Bit>,
+    pub trap_valid: Signal<Out, Bit>,
+    pub trap_code: Signal<Out, Bits<4>>,
+    pub trap_pc: Signal<Out, Bits<32>>,
+    pub trap_info: Signal<Out, Bits<64>>,
+
+    // ---- device memory (reads only): line requests, responses in order
+    pub m_req: Signal<Out, Bit>,
+    pub m_req_ready: Signal<In, Bit>,
+    pub m_addr: Signal<Out, Bits<64>>,
+    pub m_resp: Signal<In, Bit>,
+    pub m_rdata: Signal<In, Bits<256>>,
+
+    // ---- scratchpad banks (see `dma`): write port, read port with the data a cycle later
+    pub s_we: Signal<Out, Bits<SPM_BANKS>>,
+    pub s_waddr: Signal<Out, Bits<SPM_ADDR_BUS>>,
+    pub s_wdata: Signal<Out, Bits<256>>,
+    pub s_raddr: Signal<Out, Bits<SPM_ADDR_BUS>>,
+    pub s_rdata: Signal<In, Bits<256>>,
+
+    pub bytes_read: Signal<Out, Bits<64>>,
+    pub macs: Signal<Out, Bits<64>>,
+
+    dp: MatrixDatapath,
+    round0: Round,
+    round1: Round,
+
+    // ---- the instruction
+    state: DFF<MatrixState>,
+    pc: DFF<Bits<32>>,
+    fmt: DFF<Bits<3>>,
+    f32o: DFF<Bit>,
+    accf: DFF<Bit>,
+    ntok: DFF<Bits<7>>,
+    dst: DFF<Bits<20>>,
+    src: DFF<Bits<20>>,
+    rows: DFF<Bits<16>>,
+    cols: DFF<Bits<16>>,
+    wline: DFF<Bits<32>>,
+    /// Block bytes of the format, blocks per row, row bytes.
+    bb: DFF<Bits<6>>,
+    nb: DFF<Bits<11>>,
+    rb: DFF<Bits<32>>,
+    src_pitch: DFF<Bits<32>>,
+    dst_pitch: DFF<Bits<32>>,
+    src_len: DFF<Bits<32>>,
+    dst_len: DFF<Bits<32>>,
+    mac_count: DFF<Bits<64>>,
+    trap_r: DFF<Bit>,
+    trap_code_r: DFF<Bits<4>>,
+    trap_info_r: DFF<Bits<64>>,
+    rd_total: DFF<Bits<64>>,
+    macs_total: DFF<Bits<64>>,
+    outstanding: DFF<Bits<16>>,
+
+    // ---- the row group
+    /// Rows left from the group's first; the group's rows; its first byte in device memory.
+    rows_left: DFF<Bits<16>>,
+    grows: DFF<Bits<16>>,
+    gbyte: DFF<Bits<48>>,
+    /// Byte offset of the group's first output row in a token's output row.
+    gout: DFF<Bits<32>>,
+    nlines: DFF<Bits<16>>,
+    req_k: DFF<Bits<16>>,
+    resp_k: DFF<Bits<16>>,
+    o0: DFF<Bits<5>>,
+
+    // ---- compute
+    tok: DFF<Bits<7>>,
+    blk: DFF<Bits<11>>,
+    step: DFF<Bits<2>>,
+    /// Scratchpad byte of the token's activations, of the block's; the block's byte in a row slot.
+    xtok: DFF<Bits<32>>,
+    xblk: DFF<Bits<32>>,
+    woff: DFF<Bits<16>>,
+    xlo: DFF<Bits<256>>,
+    xf: DFF<Bits<512>>,
+    /// A `last` step went into the array and its capture has not come yet.
+    inflight: DFF<Bit>,
+
+    // ---- readout
+    ostate: DFF<OutState>,
+    /// Tokens of the group read out; the chunk's first group row and its scratchpad byte.
+    otok: DFF<Bits<7>>,
+    ochunk_row: DFF<Bits<16>>,
+    obyte: DFF<Bits<32>>,
+    /// Scratchpad byte of the current token's output row (the group's part of it starts at `gout`).
+    otok_byte: DFF<Bits<32>>,
+    olane: DFF<Bits<4>>,
+    old: DFF<Bits<256>>,
+    outc: DFF<Bits<256>>,
+    /// Pipeline: hold-register values with the old words, then the sums into the rounding.
+    p1_v: DFF<Bit>,
+    p1_j: DFF<Bits<4>>,
+    p1_a0: DFF<Bits<ACC_BITS>>,
+    p1_a1: DFF<Bits<ACC_BITS>>,
+    p1_n0: DFF<Bit>,
+    p1_n1: DFF<Bit>,
+    p1_o0: DFF<Bits<32>>,
+    p1_o1: DFF<Bits<32>>,
+    p2_v: DFF<Bit>,
+    p2_j: DFF<Bits<4>>,
+    s0: DFF<Bits<ACC_BITS>>,
+    s1: DFF<Bits<ACC_BITS>>,
+    sn0: DFF<Bit>,
+    sn1: DFF<Bit>,
+    p3_v: DFF<Bit>,
+    p3_j: DFF<Bits<4>>,
+    p4_v: DFF<Bit>,
+    p4_j: DFF<Bits<4>>,
+    /// Scratchpad word offset of the last read (to rotate its data back into line order).
+    rd_s0: DFF<Bits<3>>,
+
+    // ---- constants
+    max_batch: Constant<Bits<7>>,
+    max_row: Constant<Bits<32>>,
+    mem_bytes: Constant<Bits<48>>,
+    spm_bytes: Constant<Bits<32>>,
+    op_matmul: Constant<Bits<8>>,
+    fmt_w4m: Constant<Bits<3>>,
+    fmt_w4: Constant<Bits<3>>,
+    fmt_w8: Constant<Bits<3>>,
+    bb_w4m: Constant<Bits<6>>,
+    bb_w4: Constant<Bits<6>>,
+    bb_w8: Constant<Bits<6>>,
+    /// `2 x pe_lanes` and its log2; lanes per readout chunk (log2) by output type.
+    group_rows: Constant<Bits<16>>,
+    group_shift: Constant<Bits<8>>,
+    f_fmt: Constant<Bits<8>>,
+    f_out: Constant<Bits<8>>,
+    f_acc: Constant<Bits<8>>,
+    f_red: Constant<Bits<8>>,
+    f_ntok: Constant<Bits<8>>,
+    f_dst: Constant<Bits<8>>,
+    f_src: Constant<Bits<8>>,
+    f_rows: Constant<Bits<8>>,
+    f_cols: Constant<Bits<8>>,
+    f_w: Constant<Bits<8>>,
+    c_bad: Constant<Bits<4>>,
+    c_mem: Constant<Bits<4>>,
+    c_spm: Constant<Bits<4>>,
+    ones32: Constant<Bits<64>>,
+
+    // ---- combinational
+    opc: Signal<Local, Bits<8>>,
+    fmt_in: Signal<Local, Bits<3>>,
+    supported: Signal<Local, Bit>,
+    w8: Signal<Local, Bit>,
+    last_step: Signal<Local, Bit>,
+    last_blk: Signal<Local, Bit>,
+    last_tok: Signal<Local, Bit>,
+    ro_read: Signal<Local, Bit>,
+    ro_write: Signal<Local, Bit>,
+    /// The scratchpad word of this cycle's bank access and its bank addressing.
+    sp_word: Signal<Local, Bits<32>>,
+    sp_s0: Signal<Local, Bits<3>>,
+    sp_row: Signal<Local, Bits<SPM_ROW_BITS>>,
+    carry: Signal<Local, Bits<8>>,
+    bank_addr: Signal<Local, Bits<SPM_ADDR_BUS>>,
+    next_crow: Signal<Local, Bits<16>>,
+    row1_ok: Signal<Local, Bit>,
+    f_r0: Signal<Local, Bits<ACC_BITS>>,
+    f_r1: Signal<Local, Bits<ACC_BITS>>,
+    rot: Signal<Local, Bits<256>>,
+    rshift: Signal<Local, Bits<9>>,
+    wshift: Signal<Local, Bits<9>>,
+    wmask: Signal<Local, Bits<8>>,
+    wwords: Signal<Local, Bits<16>>,
+    cvalid: Signal<Local, Bits<16>>,
+    src_end: Signal<Local, Bits<32>>,
+    dst_end: Signal<Local, Bits<32>>,
+    w_byte: Signal<Local, Bits<48>>,
+    w_len: Signal<Local, Bits<48>>,
+    pl_lo: Signal<Local, Bits<32>>,
+    pl_hi: Signal<Local, Bits<32>>,
+    nt1: Signal<Local, Bits<16>>,
+    glen: Signal<Local, Bits<32>>,
+    ntr: Signal<Local, Bits<32>>,
+    // readout: the lane's old values, start values and placement
+    lane_sel: Signal<Local, Bits<8>>,
+    old_sh: Signal<Local, Bits<9>>,
+    old_lane: Signal<Local, Bits<64>>,
+    i0: Signal<Local, Bits<ACC_BITS>>,
+    i1: Signal<Local, Bits<ACC_BITS>>,
+    in0: Signal<Local, Bit>,
+    in1: Signal<Local, Bit>,
+    place_sh: Signal<Local, Bits<9>>,
+    place_v: Signal<Local, Bits<256>>,
+    place_m: Signal<Local, Bits<256>>,
+    // start values: FP16 and FP32 onto the 2^-32 grid (`WideAcc::add_f16`, `add_f32`), per row
+    h_e0: Signal<Local, Bits<8>>,
+    h_e1: Signal<Local, Bits<8>>,
+    h_m0: Signal<Local, Bits<ACC_BITS>>,
+    h_m1: Signal<Local, Bits<ACC_BITS>>,
+    f_e0: Signal<Local, Bits<8>>,
+    f_e1: Signal<Local, Bits<8>>,
+    f_sig0: Signal<Local, Bits<ACC_BITS>>,
+    f_sig1: Signal<Local, Bits<ACC_BITS>>,
+    f_q0: Signal<Local, Bits<ACC_BITS>>,
+    f_q1: Signal<Local, Bits<ACC_BITS>>,
+}
+
+impl Matrix {
+    pub fn new(config: &OverlayConfig, dp_cores: String) -> Matrix {
+        let f = |n: &str| k::<8>(u64::from(decode::field("matmul", n).offset));
+        let lanes = config.pe_lanes as u64;
+        assert!(lanes.is_power_of_two() && (8..=128).contains(&lanes), "the matrix unit needs 8..=128 lanes, a power of two");
+        Matrix {
+            clock: Default::default(),
+            reset: Default::default(),
+            flush: Default::default(),
+            iss_valid: Default::default(),
+            iss_ready: Default::default(),
+            iss_word: Default::default(),
+            iss_pc: Default::default(),
+            idle: Default::default(),
+            progress: Default::default(),
+            trap_valid: Default::default(),
+            trap_code: Default::default(),
+            trap_pc: Default::default(),
+            trap_info: Default::default(),
+            m_req: Default::default(),
+            m_req_ready: Default::default(),
+            m_addr: Default::default(),
+            m_resp: Default::default(),
+            m_rdata: Default::default(),
+            s_we: Default::default(),
+            s_waddr: Default::default(),
+            s_wdata: Default::default(),
+            s_raddr: Default::default(),
+            s_rdata: Default::default(),
+            bytes_read: Default::default(),
+            macs: Default::default(),
+            dp: MatrixDatapath::new(dp_cores),
+            round0: Default::default(),
+            round1: Default::default(),
+            state: Default::default(),
+            pc: Default::default(),
+            fmt: Default::default(),
+            f32o: Default::default(),
+            accf: Default::default(),
+            ntok: Default::default(),
+            dst: Default::default(),
+            src: Default::default(),
+            rows: Default::default(),
+            cols: Default::default(),
+            wline: Default::default(),
+            bb: Default::default(),
+            nb: Default::default(),
+            rb: Default::default(),
+            src_pitch: Default::default(),
+            dst_pitch: Default::default(),
+            src_len: Default::default(),
+            dst_len: Default::default(),
+            mac_count: Default::default(),
+            trap_r: Default::default(),
+            trap_code_r: Default::default(),
+            trap_info_r: Default::default(),
+            rd_total: Default::default(),
+            macs_total: Default::default(),
+            outstanding: Default::default(),
+            rows_left: Default::default(),
+            grows: Default::default(),
+            gbyte: Default::default(),
+            gout: Default::default(),
+            nlines: Default::default(),
+            req_k: Default::default(),
+            resp_k: Default::default(),
+            o0: Default::default(),
+            tok: Default::default(),
+            blk: Default::default(),
+            step: Default::default(),
+            xtok: Default::default(),
+            xblk: Default::default(),
+            woff: Default::default(),
+            xlo: Default::default(),
+            xf: Default::default(),
+            inflight: Default::default(),
+            ostate: Default::default(),
+            otok: Default::default(),
+            ochunk_row: Default::default(),
+            obyte: Default::default(),
+            otok_byte: Default::default(),
+            olane: Default::default(),
+            old: Default::default(),
+            outc: Default::default(),
+            p1_v: Default::default(),
+            p1_j: Default::default(),
+            p1_a0: Default::default(),
+            p1_a1: Default::default(),
+            p1_n0: Default::default(),
+            p1_n1: Default::default(),
+            p1_o0: Default::default(),
+            p1_o1: Default::default(),
+            p2_v: Default::default(),
+            p2_j: Default::default(),
+            s0: Default::default(),
+            s1: Default::default(),
+            sn0: Default::default(),
+            sn1: Default::default(),
+            p3_v: Default::default(),
+            p3_j: Default::default(),
+            p4_v: Default::default(),
+            p4_j: Default::default(),
+            rd_s0: Default::default(),
+            max_batch: k(u64::from(config.max_batch)),
+            max_row: k(u64::from(config.max_matmul_row_bytes())),
+            mem_bytes: k(config.device_memory_bytes),
+            spm_bytes: k(u64::from(config.scratchpad_bytes)),
+            op_matmul: k(u64::from(decode::opcode("matmul"))),
+            fmt_w4m: k(u64::from(WeightFormat::W4Min.code())),
+            fmt_w4: k(u64::from(WeightFormat::W4.code())),
+            fmt_w8: k(u64::from(WeightFormat::W8.code())),
+            bb_w4m: k(WeightFormat::W4Min.block_bytes() as u64),
+            bb_w4: k(WeightFormat::W4.block_bytes() as u64),
+            bb_w8: k(WeightFormat::W8.block_bytes() as u64),
+            group_rows: k(2 * lanes),
+            group_shift: k(u64::from((2 * lanes).trailing_zeros())),
+            f_fmt: f("fmt"),
+            f_out: f("out"),
+            f_acc: f("acc"),
+            f_red: f("red"),
+            f_ntok: f("ntok"),
+            f_dst: f("dst"),
+            f_src: f("src"),
+            f_rows: f("rows"),
+            f_cols: f("cols"),
+            f_w: f("w"),
+            c_bad: k(ErrorCode::BadOperand as u64),
+            c_mem: k(ErrorCode::MemOutOfRange as u64),
+            c_spm: k(ErrorCode::ScratchpadOutOfRange as u64),
+            ones32: k(0xFFFF_FFFF),
+            opc: Default::default(),
+            fmt_in: Default::default(),
+            supported: Default::default(),
+            w8: Default::default(),
+            last_step: Default::default(),
+            last_blk: Default::default(),
+            last_tok: Default::default(),
+            ro_read: Default::default(),
+            ro_write: Default::default(),
+            sp_word: Default::default(),
+            sp_s0: Default::default(),
+            sp_row: Default::default(),
+            carry: Default::default(),
+            bank_addr: Default::default(),
+            next_crow: Default::default(),
+            row1_ok: Default::default(),
+            f_r0: Default::default(),
+            f_r1: Default::default(),
+            rot: Default::default(),
+            rshift: Default::default(),
+            wshift: Default::default(),
+            wmask: Default::default(),
+            wwords: Default::default(),
+            cvalid: Default::default(),
+            src_end: Default::default(),
+            dst_end: Default::default(),
+            w_byte: Default::default(),
+            w_len: Default::default(),
+            pl_lo: Default::default(),
+            pl_hi: Default::default(),
+            nt1: Default::default(),
+            glen: Default::default(),
+            ntr: Default::default(),
+            lane_sel: Default::default(),
+            old_sh: Default::default(),
+            old_lane: Default::default(),
+            i0: Default::default(),
+            i1: Default::default(),
+            in0: Default::default(),
+            in1: Default::default(),
+            place_sh: Default::default(),
+            place_v: Default::default(),
+            place_m: Default::default(),
+            h_e0: Default::default(),
+            h_e1: Default::default(),
+            h_m0: Default::default(),
+            h_m1: Default::default(),
+            f_e0: Default::default(),
+            f_e1: Default::default(),
+            f_sig0: Default::default(),
+            f_sig1: Default::default(),
+            f_q0: Default::default(),
+            f_q1: Default::default(),
+        }
+    }
+}
+
+impl Logic for Matrix {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(
+            self, clock, state, pc, fmt, f32o, accf, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
+            src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, macs_total, outstanding, rows_left,
+            grows, gbyte, gout, nlines, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, xf, inflight, ostate,
+            otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
+            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rd_s0
+        );
+        self.dp.clock.next = self.clock.val();
+        self.dp.reset.next = self.reset.val();
+        self.round0.clock.next = self.clock.val();
+        self.round1.clock.next = self.clock.val();
+
+        // ---- issue: matmul with a block format and no reduction (the rest is not built)
+        self.opc.next = self.iss_word.val().get_bits::<8>(0);
+        self.fmt_in.next = self.iss_word.val().get_bits::<3>(self.f_fmt.val().index());
+        self.supported.next = (self.opc.val() == self.op_matmul.val())
+            & ((self.fmt_in.val() == self.fmt_w4m.val())
+                | (self.fmt_in.val() == self.fmt_w4.val())
+                | (self.fmt_in.val() == self.fmt_w8.val()))
+            & (self.iss_word.val().get_bits::<2>(self.f_red.val().index()) == 0);
+        self.idle.next = self.state.q.val() == MatrixState::Idle;
+        self.iss_ready.next = (self.state.q.val() == MatrixState::Idle) & self.supported.val() & !self.trap_r.q.val();
+        self.progress.next = false;
+        self.trap_valid.next = self.trap_r.q.val();
+        // a trap is reported for one cycle (the core keeps it; the queue drops what follows)
+        self.trap_r.d.next = false;
+        self.trap_code.next = self.trap_code_r.q.val();
+        self.trap_pc.next = self.pc.q.val();
+        self.trap_info.next = self.trap_info_r.q.val();
+        self.bytes_read.next = self.rd_total.q.val();
+        self.macs.next = self.macs_total.q.val();
+        self.w8.next = self.fmt.q.val() == self.fmt_w8.val();
+        self.last_step.next = self.step.q.val() == 1;
+        if self.w8.val() {
+            self.last_step.next = self.step.q.val() == 3;
+        }
+        self.last_blk.next = bit_cast::<16, 11>(self.blk.q.val()) + 1 == bit_cast::<16, 11>(self.nb.q.val());
+        self.last_tok.next = bit_cast::<16, 7>(self.tok.q.val()) + 1 == bit_cast::<16, 7>(self.ntok.q.val());
+
+        // ---- check arithmetic: (ntok - 1) x pitch from 16 x 16 products; span ends; the weights
+        self.nt1.next = bit_cast::<16, 7>(self.ntok.q.val()) - 1;
+        self.pl_lo.next = self.nt1.val() * self.src_pitch.q.val().get_bits::<16>(0);
+        self.pl_hi.next = self.nt1.val() * self.src_pitch.q.val().get_bits::<16>(16);
+        if self.state.q.val() == MatrixState::Check2 {
+            self.pl_lo.next = self.nt1.val() * self.dst_pitch.q.val().get_bits::<16>(0);
+            self.pl_hi.next = self.nt1.val() * self.dst_pitch.q.val().get_bits::<16>(16);
+        }
+        self.src_end.next = (bit_cast::<32, 20>(self.src.q.val()) << 2) + self.src_len.q.val();
+        self.dst_end.next = (bit_cast::<32, 20>(self.dst.q.val()) << 2) + self.dst_len.q.val();
+        self.w_byte.next = bit_cast::<48, 32>(self.wline.q.val()) << 5;
+        self.w_len.next = bit_cast::<48, 32>(self.rows.q.val() * self.rb.q.val().get_bits::<16>(0));
+        self.ntr.next = bit_cast::<16, 7>(self.ntok.q.val()) * self.rows.q.val();
+        // the group: rows x row bytes from the group's first byte, in lines
+        self.glen.next = bit_cast::<32, 5>(self.o0.q.val()) + (self.grows.q.val() * self.rb.q.val().get_bits::<16>(0));
+
+        // ---- datapath wiring
+        self.dp.ld_o0.next = self.o0.q.val();
+        self.dp.ld_rb.next = self.rb.q.val().get_bits::<16>(0);
+        self.dp.ld_valid.next = self.m_resp.val() & (self.state.q.val() == MatrixState::Load);
+        self.dp.ld_buf.next = false;
+        self.dp.ld_idx.next = self.resp_k.q.val();
+        self.dp.ld_line.next = self.m_rdata.val();
+        self.dp.rd_o0.next = self.o0.q.val();
+        self.dp.rd_rb.next = self.rb.q.val().get_bits::<16>(0);
+        self.dp.rd_buf.next = false;
+        self.dp.rd_off.next = self.woff.q.val();
+        self.dp.rd_fmt.next = self.fmt.q.val().get_bits::<2>(0);
+        self.dp.f_valid.next = false;
+        self.dp.f_half.next = self.step.q.val().get_bit(0);
+        self.dp.f_row.next = self.step.q.val().get_bit(1);
+        self.dp.f_clear.next = self.blk.q.val() == 0;
+        self.dp.f_last.next = self.last_blk.val();
+        self.dp.f_xf.next = self.xf.q.val();
+        self.m_req.next = false;
+        self.m_addr.next = bit_cast::<64, 48>((self.gbyte.q.val() >> 5) + bit_cast::<48, 16>(self.req_k.q.val()));
+
+        // ---- scratchpad: the readout's accesses first, the activation reads when it leaves the port free
+        self.ro_read.next = self.ostate.q.val() == OutState::Read;
+        self.ro_write.next = self.ostate.q.val() == OutState::Write;
+        self.sp_word.next = self.xblk.q.val() >> 2;
+        if self.state.q.val() == MatrixState::XRead1 {
+            self.sp_word.next = (self.xblk.q.val() >> 2) + 8;
+        }
+        if self.ro_read.val() | self.ro_write.val() {
+            self.sp_word.next = self.obyte.q.val() >> 2;
+        }
+        self.sp_s0.next = self.sp_word.val().get_bits::<3>(0);
+        self.sp_row.next = self.sp_word.val().get_bits::<SPM_ROW_BITS>(3);
+        self.carry.next = (bits::<8>(1) << self.sp_s0.val()) - 1;
+        self.bank_addr.next = bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(0))
+            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(1)) << 17)
+            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(2)) << 34)
+            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(3)) << 51)
+            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(4)) << 68)
+            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(5)) << 85)
+            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(6)) << 102)
+            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(7)) << 119);
+        self.s_raddr.next = self.bank_addr.val();
+        self.s_waddr.next = self.bank_addr.val();
+        self.rd_s0.d.next = self.sp_s0.val();
+        // the last read's data in line order
+        self.rshift.next = bit_cast::<9, 3>(self.rd_s0.q.val()) << 5;
+        self.rot.next = self.s_rdata.val();
+        if self.rd_s0.q.val() != 0 {
+            self.rot.next = (self.s_rdata.val() >> self.rshift.val()) | (self.s_rdata.val() << (bits::<9>(256) - self.rshift.val()));
+        }
+        // a chunk write: the words holding a valid row, rotated onto the banks
+        self.cvalid.next = 0.into();
+        if self.ochunk_row.q.val() < self.grows.q.val() {
+            self.cvalid.next = self.grows.q.val() - self.ochunk_row.q.val();
+        }
+        self.wwords.next = (self.cvalid.val() + 1) >> 1;
+        if self.f32o.q.val() {
+            self.wwords.next = self.cvalid.val();
+        }
+        self.wmask.next = bits::<8>(255);
+        if self.wwords.val() < 8 {
+            self.wmask.next = bit_cast::<8, 9>((bits::<9>(1) << bit_cast::<9, 16>(self.wwords.val())) - 1);
+        }
+        self.wshift.next = bit_cast::<9, 3>(self.sp_s0.val()) << 5;
+        self.s_we.next = 0.into();
+        self.s_wdata.next = self.outc.q.val();
+        if self.sp_s0.val() != 0 {
+            self.s_wdata.next = (self.outc.q.val() << self.wshift.val()) | (self.outc.q.val() >> (bits::<9>(256) - self.wshift.val()));
+        }
+        if self.ro_write.val() {
+            self.s_we.next = self.wmask.val();
+            if self.sp_s0.val() != 0 {
+                self.s_we.next = (self.wmask.val() << self.sp_s0.val()) | (self.wmask.val() >> (bits::<4>(8) - bit_cast::<4, 3>(self.sp_s0.val())));
+            }
+        }
+
+        // ---- the instruction
+        match self.state.q.val() {
+            MatrixState::Idle => {
+                if self.iss_valid.val() & self.supported.val() & !self.trap_r.q.val() {
+                    self.pc.d.next = self.iss_pc.val();
+                    self.fmt.d.next = self.fmt_in.val();
+                    self.f32o.d.next = self.iss_word.val().get_bit(self.f_out.val().index());
+                    self.accf.d.next = self.iss_word.val().get_bit(self.f_acc.val().index());
+                    self.ntok.d.next = self.iss_word.val().get_bits::<7>(self.f_ntok.val().index());
+                    self.dst.d.next = self.iss_word.val().get_bits::<20>(self.f_dst.val().index());
+                    self.src.d.next = self.iss_word.val().get_bits::<20>(self.f_src.val().index());
+                    self.rows.d.next = self.iss_word.val().get_bits::<16>(self.f_rows.val().index());
+                    self.cols.d.next = self.iss_word.val().get_bits::<16>(self.f_cols.val().index());
+                    self.wline.d.next = self.iss_word.val().get_bits::<32>(self.f_w.val().index());
+                    self.state.d.next = MatrixState::Check0;
+                }
+            }
+            MatrixState::Check0 => {
+                self.bb.d.next = self.bb_w4m.val();
+                if self.fmt.q.val() == self.fmt_w4.val() {
+                    self.bb.d.next = self.bb_w4.val();
+                }
+                if self.w8.val() {
+                    self.bb.d.next = self.bb_w8.val();
+                }
+                self.nb.d.next = self.cols.q.val().get_bits::<11>(5);
+                // the source rows are whole blocks of FP16 (a multiple of 64 bytes); the outputs pad to 4 bytes
+                self.src_pitch.d.next = bit_cast::<32, 16>(self.cols.q.val()) << 1;
+                self.dst_pitch.d.next = ((bit_cast::<32, 16>(self.rows.q.val()) << 1) + 3) & !bits::<32>(3);
+                if self.f32o.q.val() {
+                    self.dst_pitch.d.next = bit_cast::<32, 16>(self.rows.q.val()) << 2;
+                }
+                self.state.d.next = MatrixState::Check1;
+                if (self.ntok.q.val() == 0)
+                    | (self.rows.q.val() == 0)
+                    | (self.cols.q.val() == 0)
+                    | (self.ntok.q.val() > self.max_batch.val())
+                    | (self.cols.q.val().get_bits::<5>(0) != 0)
+                {
+                    self.trap_r.d.next = true;
+                    self.trap_code_r.d.next = self.c_bad.val();
+                    self.trap_info_r.d.next = 0.into();
+                    self.state.d.next = MatrixState::Idle;
+                }
+            }
+            MatrixState::Check1 => {
+                self.rb.d.next = bit_cast::<16, 11>(self.nb.q.val()) * bit_cast::<16, 6>(self.bb.q.val());
+                // src_len with the source pitch (pl_* of src_pitch), dst_len next cycle
+                self.src_len.d.next = self.pl_lo.val() + (self.pl_hi.val() << 16) + (bit_cast::<32, 16>(self.cols.q.val()) << 1);
+                self.state.d.next = MatrixState::Check2;
+            }
+            MatrixState::Check2 => {
+                self.dst_len.d.next = self.pl_lo.val() + (self.pl_hi.val() << 16) + (bit_cast::<32, 16>(self.rows.q.val()) << 1);
+                if self.f32o.q.val() {
+                    self.dst_len.d.next = self.pl_lo.val() + (self.pl_hi.val() << 16) + (bit_cast::<32, 16>(self.rows.q.val()) << 2);
+                }
+                self.state.d.next = MatrixState::Check3;
+                if self.rb.q.val() > self.max_row.val() {
+                    self.trap_r.d.next = true;
+                    self.trap_code_r.d.next = self.c_bad.val();
+                    self.trap_info_r.d.next = 0.into();
+                    self.state.d.next = MatrixState::Idle;
+                }
+            }
+            MatrixState::Check3 => {
+                self.state.d.next = MatrixState::Check4;
+                if ((bit_cast::<32, 20>(self.src.q.val()) << 2) < self.dst_end.val())
+                    & ((bit_cast::<32, 20>(self.dst.q.val()) << 2) < self.src_end.val())
+                {
+                    self.trap_r.d.next = true;
+                    self.trap_code_r.d.next = self.c_bad.val();
+                    self.trap_info_r.d.next = 0.into();
+                    self.state.d.next = MatrixState::Idle;
+                } else if self.dst_end.val() > self.spm_bytes.val() {
+                    self.trap_r.d.next = true;
+                    self.trap_code_r.d.next = self.c_spm.val();
+                    self.trap_info_r.d.next = bit_cast::<64, 32>(bit_cast::<32, 20>(self.dst.q.val()) << 2);
+                    if (bit_cast::<32, 20>(self.dst.q.val()) << 2) < self.spm_bytes.val() {
+                        self.trap_info_r.d.next = bit_cast::<64, 32>(self.spm_bytes.val());
+                    }
+                    self.state.d.next = MatrixState::Idle;
+                }
+            }
+            MatrixState::Check4 => {
+                self.state.d.next = MatrixState::Check5;
+                if self.src_end.val() > self.spm_bytes.val() {
+                    self.trap_r.d.next = true;
+                    self.trap_code_r.d.next = self.c_spm.val();
+                    self.trap_info_r.d.next = bit_cast::<64, 32>(bit_cast::<32, 20>(self.src.q.val()) << 2);
+                    if (bit_cast::<32, 20>(self.src.q.val()) << 2) < self.spm_bytes.val() {
+                        self.trap_info_r.d.next = bit_cast::<64, 32>(self.spm_bytes.val());
+                    }
+                    self.state.d.next = MatrixState::Idle;
+                }
+            }
+            MatrixState::Check5 => {
+                // every check passed unless the weights leave device memory; set up group 0
+                self.state.d.next = MatrixState::Group;
+                self.rows_left.d.next = self.rows.q.val();
+                self.gbyte.d.next = self.w_byte.val();
+                self.gout.d.next = 0.into();
+                self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.w_len.val());
+                self.mac_count.d.next = bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(0) * self.cols.q.val())
+                    + (bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(16) * self.cols.q.val()) << 16);
+                if self.w_byte.val() + self.w_len.val() > self.mem_bytes.val() {
+                    self.trap_r.d.next = true;
+                    self.trap_code_r.d.next = self.c_mem.val();
+                    self.trap_info_r.d.next = bit_cast::<64, 48>(self.w_byte.val());
+                    if self.w_byte.val() < self.mem_bytes.val() {
+                        self.trap_info_r.d.next = bit_cast::<64, 48>(self.mem_bytes.val());
+                    }
+                    self.rd_total.d.next = self.rd_total.q.val();
+                    self.state.d.next = MatrixState::Idle;
+                }
+            }
+            MatrixState::Group => {
+                self.macs_total.d.next = self.macs_total.q.val() + self.mac_count.q.val();
+                self.mac_count.d.next = 0.into();
+                self.grows.d.next = self.rows_left.q.val();
+                if self.rows_left.q.val() > self.group_rows.val() {
+                    self.grows.d.next = self.group_rows.val();
+                }
+                self.o0.d.next = self.gbyte.q.val().get_bits::<5>(0);
+                self.req_k.d.next = 0.into();
+                self.resp_k.d.next = 0.into();
+                self.nlines.d.next = 0.into();
+                self.state.d.next = MatrixState::Load;
+            }
+            MatrixState::Load => {
+                // grows and o0 are set: the group's lines (one cycle late the first time, from glen)
+                self.nlines.d.next = bit_cast::<16, 32>((self.glen.val() + 31) >> 5);
+                if (self.req_k.q.val() < self.nlines.q.val()) & (self.nlines.q.val() != 0) {
+                    self.m_req.next = true;
+                    if self.m_req_ready.val() {
+                        self.req_k.d.next = self.req_k.q.val() + 1;
+                        self.progress.next = true;
+                    }
+                }
+                if self.m_resp.val() {
+                    self.resp_k.d.next = self.resp_k.q.val() + 1;
+                    self.progress.next = true;
+                }
+                if (self.nlines.q.val() != 0) & (self.resp_k.q.val() == self.nlines.q.val()) {
+                    self.tok.d.next = 0.into();
+                    self.xtok.d.next = bit_cast::<32, 20>(self.src.q.val()) << 2;
+                    self.otok.d.next = 0.into();
+                    self.otok_byte.d.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
+                    self.state.d.next = MatrixState::Token;
+                }
+            }
+            MatrixState::Token => {
+                self.blk.d.next = 0.into();
+                self.step.d.next = 0.into();
+                self.woff.d.next = 0.into();
+                self.xblk.d.next = self.xtok.q.val();
+                self.state.d.next = MatrixState::XRead0;
+            }
+            MatrixState::XRead0 => {
+                // the last block of a token waits until the hold registers are free for its capture
+                if !self.ro_read.val() & !self.ro_write.val() & !(self.last_blk.val() & (self.inflight.q.val() | (self.ostate.q.val() != OutState::Idle))) {
+                    self.state.d.next = MatrixState::XRead1;
+                }
+            }
+            MatrixState::XRead1 => {
+                if !self.ro_read.val() & !self.ro_write.val() {
+                    self.xlo.d.next = self.rot.val();
+                    self.state.d.next = MatrixState::Step;
+                    self.step.d.next = 0.into();
+                } else {
+                    // the readout took the port: read the low half again
+                    self.state.d.next = MatrixState::XRead0;
+                }
+            }
+            MatrixState::Step => {
+                self.dp.f_valid.next = true;
+                self.progress.next = true;
+                if self.step.q.val() == 0 {
+                    // the high half arrives now
+                    self.dp.f_xf.next = bit_cast::<512, 256>(self.xlo.q.val()) | (bit_cast::<512, 256>(self.rot.val()) << 256);
+                    self.xf.d.next = bit_cast::<512, 256>(self.xlo.q.val()) | (bit_cast::<512, 256>(self.rot.val()) << 256);
+                }
+                self.step.d.next = self.step.q.val() + 1;
+                if self.last_step.val() {
+                    self.step.d.next = 0.into();
+                    self.blk.d.next = self.blk.q.val() + 1;
+                    self.woff.d.next = self.woff.q.val() + bit_cast::<16, 6>(self.bb.q.val());
+                    self.xblk.d.next = self.xblk.q.val() + 64;
+                    self.state.d.next = MatrixState::XRead0;
+                    if self.last_blk.val() {
+                        self.inflight.d.next = true;
+                        self.tok.d.next = self.tok.q.val() + 1;
+                        self.xtok.d.next = self.xtok.q.val() + self.src_pitch.q.val();
+                        self.state.d.next = MatrixState::Token;
+                        if self.last_tok.val() {
+                            self.state.d.next = MatrixState::GroupEnd;
+                        }
+                    }
+                }
+            }
+            MatrixState::GroupEnd => {
+                if (self.otok.q.val() == self.ntok.q.val()) & (self.ostate.q.val() == OutState::Idle) {
+                    self.rows_left.d.next = self.rows_left.q.val() - self.grows.q.val();
+                    self.gbyte.d.next = self.gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
+                    self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 1);
+                    if self.f32o.q.val() {
+                        self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 2);
+                    }
+                    self.state.d.next = MatrixState::Group;
+                    if self.rows_left.q.val() == self.grows.q.val() {
+                        self.progress.next = true;
+                        self.state.d.next = MatrixState::Idle;
+                    }
+                }
+            }
+            MatrixState::Drain => {
+                if self.outstanding.q.val() == 0 {
+                    self.state.d.next = MatrixState::Idle;
+                }
+            }
+        }
+
+        // ---- readout of a captured token: chunks of 32 output bytes (16 FP16 rows, or 8 FP32)
+        if self.dp.cap.val() {
+            self.inflight.d.next = false;
+        }
+        self.lane_sel.next = bit_cast::<8, 16>(self.ochunk_row.q.val() >> 1) + bit_cast::<8, 4>(self.olane.q.val());
+        self.dp.o_sel.next = self.lane_sel.val();
+        self.old_sh.next = bit_cast::<9, 4>(self.olane.q.val()) << 5;
+        if self.f32o.q.val() {
+            self.old_sh.next = bit_cast::<9, 4>(self.olane.q.val()) << 6;
+        }
+        self.old_lane.next = bit_cast::<64, 256>(self.old.q.val() >> self.old_sh.val());
+        self.next_crow.next = self.ochunk_row.q.val() + 16;
+        if self.f32o.q.val() {
+            self.next_crow.next = self.ochunk_row.q.val() + 8;
+        }
+        self.p1_v.d.next = false;
+        match self.ostate.q.val() {
+            OutState::Idle => {
+                if self.dp.cap.val() {
+                    self.ochunk_row.d.next = 0.into();
+                    self.obyte.d.next = self.otok_byte.q.val() + self.gout.q.val();
+                    self.ostate.d.next = OutState::Read;
+                }
+            }
+            OutState::Read => {
+                self.ostate.d.next = OutState::Old;
+            }
+            OutState::Old => {
+                self.old.d.next = self.rot.val();
+                self.outc.d.next = self.rot.val();
+                self.olane.d.next = 0.into();
+                self.ostate.d.next = OutState::Lanes;
+            }
+            OutState::Lanes => {
+                self.p1_v.d.next = true;
+                self.olane.d.next = self.olane.q.val() + 1;
+                if (self.olane.q.val() == 7) | (self.f32o.q.val() & (self.olane.q.val() == 3)) {
+                    self.ostate.d.next = OutState::Drain;
+                }
+            }
+            OutState::Drain => {
+                if !self.p1_v.q.val() & !self.p2_v.q.val() & !self.p3_v.q.val() & !self.p4_v.q.val() {
+                    self.ostate.d.next = OutState::Write;
+                }
+            }
+            OutState::Write => {
+                self.progress.next = true;
+                self.obyte.d.next = self.obyte.q.val() + 32;
+                self.ochunk_row.d.next = self.next_crow.val();
+                self.ostate.d.next = OutState::Read;
+                if self.next_crow.val() >= self.grows.q.val() {
+                    // the token's rows of this group are stored
+                    self.otok.d.next = self.otok.q.val() + 1;
+                    self.otok_byte.d.next = self.otok_byte.q.val() + self.dst_pitch.q.val();
+                    self.ostate.d.next = OutState::Idle;
+                }
+            }
+        }
+        // stage 1: the lane's accumulators and old values
+        self.p1_j.d.next = self.olane.q.val();
+        self.p1_a0.d.next = self.dp.o_acc0.val();
+        self.p1_a1.d.next = self.dp.o_acc1.val();
+        self.p1_n0.d.next = self.dp.o_nf0.val();
+        self.p1_n1.d.next = self.dp.o_nf1.val();
+        self.p1_o0.d.next = bit_cast::<32, 16>(self.old_lane.val().get_bits::<16>(0));
+        self.p1_o1.d.next = bit_cast::<32, 16>(self.old_lane.val().get_bits::<16>(16));
+        if self.f32o.q.val() {
+            self.p1_o0.d.next = self.old_lane.val().get_bits::<32>(0);
+            self.p1_o1.d.next = self.old_lane.val().get_bits::<32>(32);
+        }
+        // stage 2: start values (acc=1) onto the grid, added; FP16: sig << (max(e, 1) + 7), exact
+        self.h_e0.next = bit_cast::<8, 5>(self.p1_o0.q.val().get_bits::<5>(10));
+        if self.p1_o0.q.val().get_bits::<5>(10) == 0 {
+            self.h_e0.next = 1.into();
+        }
+        self.h_e1.next = bit_cast::<8, 5>(self.p1_o1.q.val().get_bits::<5>(10));
+        if self.p1_o1.q.val().get_bits::<5>(10) == 0 {
+            self.h_e1.next = 1.into();
+        }
+        self.h_m0.next = bit_cast::<ACC_BITS, 10>(self.p1_o0.q.val().get_bits::<10>(0));
+        if self.p1_o0.q.val().get_bits::<5>(10) != 0 {
+            self.h_m0.next = bit_cast::<ACC_BITS, 10>(self.p1_o0.q.val().get_bits::<10>(0)) | bits::<ACC_BITS>(1024);
+        }
+        self.h_m1.next = bit_cast::<ACC_BITS, 10>(self.p1_o1.q.val().get_bits::<10>(0));
+        if self.p1_o1.q.val().get_bits::<5>(10) != 0 {
+            self.h_m1.next = bit_cast::<ACC_BITS, 10>(self.p1_o1.q.val().get_bits::<10>(0)) | bits::<ACC_BITS>(1024);
+        }
+        self.i0.next = self.h_m0.val() << (self.h_e0.val() + 7);
+        self.i1.next = self.h_m1.val() << (self.h_e1.val() + 7);
+        if self.p1_o0.q.val().get_bit(15) {
+            self.i0.next = !(self.h_m0.val() << (self.h_e0.val() + 7)) + 1;
+        }
+        if self.p1_o1.q.val().get_bit(15) {
+            self.i1.next = !(self.h_m1.val() << (self.h_e1.val() + 7)) + 1;
+        }
+        self.in0.next = self.p1_o0.q.val().get_bits::<5>(10) == 31;
+        self.in1.next = self.p1_o1.q.val().get_bits::<5>(10) == 31;
+        // FP32: sig x 2^(max(e, 1) - 150) floored onto 2^-32: a left shift from e = 118, else a right shift that
+        // rounds toward minus infinity; e > 172 is past the accumulator's term limit (non-finite, as opu-hw)
+        self.f_e0.next = self.p1_o0.q.val().get_bits::<8>(23);
+        if self.p1_o0.q.val().get_bits::<8>(23) == 0 {
+            self.f_e0.next = 1.into();
+        }
+        self.f_e1.next = self.p1_o1.q.val().get_bits::<8>(23);
+        if self.p1_o1.q.val().get_bits::<8>(23) == 0 {
+            self.f_e1.next = 1.into();
+        }
+        self.f_sig0.next = bit_cast::<ACC_BITS, 23>(self.p1_o0.q.val().get_bits::<23>(0));
+        if self.p1_o0.q.val().get_bits::<8>(23) != 0 {
+            self.f_sig0.next = bit_cast::<ACC_BITS, 23>(self.p1_o0.q.val().get_bits::<23>(0)) | bits::<ACC_BITS>(0x80_0000);
+        }
+        self.f_sig1.next = bit_cast::<ACC_BITS, 23>(self.p1_o1.q.val().get_bits::<23>(0));
+        if self.p1_o1.q.val().get_bits::<8>(23) != 0 {
+            self.f_sig1.next = bit_cast::<ACC_BITS, 23>(self.p1_o1.q.val().get_bits::<23>(0)) | bits::<ACC_BITS>(0x80_0000);
+        }
+        self.f_r0.next = self.f_sig0.val() >> (bits::<8>(118) - self.f_e0.val());
+        self.f_r1.next = self.f_sig1.val() >> (bits::<8>(118) - self.f_e1.val());
+        self.f_q0.next = self.f_sig0.val() << (self.f_e0.val() - 118);
+        if self.f_e0.val() < 118 {
+            self.f_q0.next = self.f_r0.val();
+            if self.p1_o0.q.val().get_bit(31) & ((self.f_r0.val() << (bits::<8>(118) - self.f_e0.val())) != self.f_sig0.val()) {
+                // bits were lost: the magnitude of a negative value rounds up (the value floors down)
+                self.f_q0.next = self.f_r0.val() + 1;
+            }
+        }
+        self.f_q1.next = self.f_sig1.val() << (self.f_e1.val() - 118);
+        if self.f_e1.val() < 118 {
+            self.f_q1.next = self.f_r1.val();
+            if self.p1_o1.q.val().get_bit(31) & ((self.f_r1.val() << (bits::<8>(118) - self.f_e1.val())) != self.f_sig1.val()) {
+                self.f_q1.next = self.f_r1.val() + 1;
+            }
+        }
+        if self.f32o.q.val() {
+            self.i0.next = self.f_q0.val();
+            if self.p1_o0.q.val().get_bit(31) {
+                self.i0.next = !self.f_q0.val() + 1;
+            }
+            self.i1.next = self.f_q1.val();
+            if self.p1_o1.q.val().get_bit(31) {
+                self.i1.next = !self.f_q1.val() + 1;
+            }
+            self.in0.next = (self.p1_o0.q.val().get_bits::<8>(23) == 255) | (self.p1_o0.q.val().get_bits::<8>(23) > 172);
+            self.in1.next = (self.p1_o1.q.val().get_bits::<8>(23) == 255) | (self.p1_o1.q.val().get_bits::<8>(23) > 172);
+        }
+        if !self.accf.q.val() {
+            self.i0.next = 0.into();
+            self.i1.next = 0.into();
+            self.in0.next = false;
+            self.in1.next = false;
+        }
+        self.p2_v.d.next = self.p1_v.q.val();
+        self.p2_j.d.next = self.p1_j.q.val();
+        self.s0.d.next = self.p1_a0.q.val() + self.i0.val();
+        self.s1.d.next = self.p1_a1.q.val() + self.i1.val();
+        self.sn0.d.next = self.p1_n0.q.val() | self.in0.val();
+        self.sn1.d.next = self.p1_n1.q.val() | self.in1.val();
+        // stages 3, 4: the rounding
+        self.round0.acc.next = signed_cast(self.s0.q.val());
+        self.round0.nf.next = self.sn0.q.val();
+        self.round1.acc.next = signed_cast(self.s1.q.val());
+        self.round1.nf.next = self.sn1.q.val();
+        self.p3_v.d.next = self.p2_v.q.val();
+        self.p3_j.d.next = self.p2_j.q.val();
+        self.p4_v.d.next = self.p3_v.q.val();
+        self.p4_j.d.next = self.p3_j.q.val();
+        // placed into the chunk: FP16 pairs at word j, FP32 pairs at words 2j, 2j + 1
+        self.place_sh.next = bit_cast::<9, 4>(self.p4_j.q.val()) << 5;
+        self.place_v.next = bit_cast::<256, 16>(self.round0.f16.val()) | (bit_cast::<256, 16>(self.round1.f16.val()) << 16);
+        self.place_m.next = bit_cast::<256, 64>(self.ones32.val());
+        if self.f32o.q.val() {
+            self.place_sh.next = bit_cast::<9, 4>(self.p4_j.q.val()) << 6;
+            self.place_v.next = bit_cast::<256, 32>(self.round0.f32.val()) | (bit_cast::<256, 32>(self.round1.f32.val()) << 32);
+            self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) | (bit_cast::<256, 64>(self.ones32.val()) << 32);
+        }
+        // a group of odd rows: the last lane's row 1 does not exist, its half of the word keeps the old bytes
+        self.row1_ok.next = self.ochunk_row.q.val() + (bit_cast::<16, 4>(self.p4_j.q.val()) << 1) + 1 < self.grows.q.val();
+        if !self.row1_ok.val() {
+            self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) >> 16;
+            if self.f32o.q.val() {
+                self.place_m.next = bit_cast::<256, 64>(self.ones32.val());
+            }
+        }
+        if self.p4_v.q.val() {
+            self.outc.d.next = (self.outc.q.val() & !(self.place_m.val() << self.place_sh.val()))
+                | ((self.place_v.val() & self.place_m.val()) << self.place_sh.val());
+        }
+
+        // ---- memory responses in flight (a flush waits for them)
+        if self.m_req.val() & self.m_req_ready.val() & !self.m_resp.val() {
+            self.outstanding.d.next = self.outstanding.q.val() + 1;
+        }
+        if !(self.m_req.val() & self.m_req_ready.val()) & self.m_resp.val() {
+            self.outstanding.d.next = self.outstanding.q.val() - 1;
+        }
+        if self.flush.val() | self.reset.val() {
+            self.state.d.next = MatrixState::Drain;
+            self.ostate.d.next = OutState::Idle;
+            self.inflight.d.next = false;
+            self.trap_r.d.next = false;
+        }
+        if self.reset.val() {
+            self.state.d.next = MatrixState::Idle;
+            self.outstanding.d.next = 0.into();
+            self.rd_total.d.next = 0.into();
+            self.macs_total.d.next = 0.into();
+        }
+    }
+}
+
+/// The Verilog modules under the matrix unit's datapath for `config`: the weight feed, the aligner and
+/// lane, the array and `opu_matrix_dp`.
+pub fn dp_cores(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
+    let feed = feed::feed_verilog(config.weight_row_lines())?;
+    let feed = crate::emit::rename_top(&feed, "opu_wfeed");
+    let array = crate::emit::emit_verilog_for("array", config)?;
+    Ok(format!("{feed}\n{array}\n{}", dp::dp_verilog(config)))
+}

@@ -1,0 +1,207 @@
+//! The matrix unit in the RTL's `top` under Verilator against the functional simulator (the golden model,
+//! whose `matmul` is `opu_hw::numerics` arithmetic), through `Device` as the host drives a card: activations
+//! and old outputs DMA'd into the scratchpad, `matmul` streaming its weights from device memory, the outputs
+//! stored back. Compared: every byte of the device-memory window, the registers, INSTRET, the byte counters,
+//! MACS, and each trap's code, pc and ERROR_INFO. The weights and activations are real FP16 / quantized blocks
+//! (`opu_rtl::testing`: typical values, outliers, spread exponents, extreme nibbles), so the outputs are finite
+//! and the comparison checks the arithmetic, not NaN against NaN.
+
+mod common;
+
+use std::time::Duration;
+
+use common::models_or_skip;
+use opu_hw::device::{Device, DeviceError};
+use opu_hw::isa::{assemble, encode_program};
+use opu_hw::numerics::{WeightFormat, BLOCK};
+use opu_hw::regs::{self, ErrorCode};
+use opu_hw::OverlayConfig;
+use opu_rtl::testing::{act_block, weight_block, ActKind, Rng};
+use opu_rtlsim::RtlSim;
+use opu_sim::FuncSim;
+
+const CODE: u64 = 0x10_0000;
+const WINDOW: usize = 1 << 16;
+/// Where the tests put the activations, the weights and the old outputs in device memory.
+const ACTS: u64 = 0x100;
+const WEIGHTS: u64 = 0x2000;
+const OLD: u64 = 0x8000;
+const OUT: u64 = 0xC000;
+
+#[derive(Debug, PartialEq)]
+struct State {
+    result: Result<(), (ErrorCode, u32, u64)>,
+    mem: Vec<u8>,
+    regs: Vec<u32>,
+    counters: Vec<u64>,
+}
+
+fn run(who: &str, dev: &mut dyn Device, code: &[u8], data: &[u8]) -> (State, u64) {
+    dev.mem_write(0, data).unwrap();
+    dev.mem_write(CODE, code).unwrap();
+    dev.mmio_write(regs::PROG_BASE_LO, CODE as u32).unwrap();
+    dev.mmio_write(regs::PROG_BASE_HI, 0).unwrap();
+    dev.mmio_write(regs::PROG_LEN, (code.len() / 16) as u32).unwrap();
+    dev.mmio_write(regs::DOORBELL, 1).unwrap();
+    let (result, cycles) = match dev.wait_done(Duration::from_secs(120)) {
+        Ok(c) => (Ok(()), c.cycles),
+        Err(DeviceError::Trap { code, pc }) => (Err((code, pc, dev.mmio_read64(regs::ERROR_INFO_LO).unwrap())), 0),
+        Err(e) => panic!("{who}: {e}"),
+    };
+    let mut mem = vec![0u8; WINDOW];
+    dev.mem_read(0, &mut mem).unwrap();
+    let ok = result.is_ok();
+    let regs_seen: Vec<u32> = if ok { (0..16).map(|i| dev.mmio_read(regs::DBG_R0 + 4 * i).unwrap()).collect() } else { Vec::new() };
+    let counters = if ok {
+        [regs::INSTRET_LO, regs::BYTES_READ_LO, regs::BYTES_WRITTEN_LO, regs::MACS_LO]
+            .iter()
+            .map(|&r| dev.mmio_read64(r).unwrap())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (State { result, mem, regs: regs_seen, counters }, cycles)
+}
+
+/// One `matmul` case: the shape, and what the program around it does.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    fmt: WeightFormat,
+    f32_out: bool,
+    acc: bool,
+    ntok: u32,
+    rows: u32,
+    cols: u32,
+}
+
+impl Case {
+    fn row_bytes(&self) -> usize {
+        self.fmt.row_bytes(self.cols as usize).unwrap()
+    }
+    fn out_row(&self) -> u32 {
+        (self.rows * if self.f32_out { 4 } else { 2 }).div_ceil(4) * 4
+    }
+    /// The device-memory image: activation blocks, weight rows, old outputs (finite FP16 / FP32 values).
+    fn data(&self, rng: &mut Rng) -> Vec<u8> {
+        let mut data: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
+        let kinds = [ActKind::Typical, ActKind::Typical, ActKind::Outlier, ActKind::Spread, ActKind::EqualExponents, ActKind::Zero];
+        let mut at = ACTS as usize;
+        for _ in 0..self.ntok * self.cols / BLOCK as u32 {
+            let kind = kinds[rng.below(kinds.len() as u64) as usize];
+            for v in act_block(rng, kind) {
+                data[at..at + 2].copy_from_slice(&v.to_le_bytes());
+                at += 2;
+            }
+        }
+        let mut at = WEIGHTS as usize;
+        for _ in 0..self.rows * self.cols / BLOCK as u32 {
+            let b = weight_block(rng, self.fmt, false);
+            data[at..at + b.len()].copy_from_slice(&b);
+            at += b.len();
+        }
+        for i in 0..(self.ntok * self.out_row() / 4) as usize {
+            let v = (rng.f32_unit() - 0.5) * 64.0;
+            let w = if self.f32_out {
+                v.to_bits()
+            } else {
+                let h = opu_hw::numerics::fp16::f32_to_f16(v);
+                u32::from(h) | u32::from(opu_hw::numerics::fp16::f32_to_f16(-v * 0.5)) << 16
+            };
+            data[OLD as usize + 4 * i..OLD as usize + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        data
+    }
+    /// Activations at scratchpad byte 0, outputs after them; the old outputs loaded first when `acc`.
+    fn program(&self) -> String {
+        let src_bytes = self.ntok * self.cols * 2;
+        let dst = src_bytes.div_ceil(64) * 64 + 64;
+        let out_bytes = self.ntok * self.out_row();
+        let mut p = format!("load spm=0 mem={} bytes={src_bytes} idx=r0 stride=0\n", ACTS / 32);
+        if self.acc {
+            p += &format!("load spm={} mem={} bytes={out_bytes} idx=r0 stride=0\n", dst / 4, OLD / 32);
+        }
+        p += &format!(
+            "matmul fmt={} out={} acc={} ntok={} dst={} src=0 rows={} cols={} w={}\n",
+            self.fmt.name(),
+            if self.f32_out { "f32" } else { "f16" },
+            u8::from(self.acc),
+            self.ntok,
+            dst / 4,
+            self.rows,
+            self.cols,
+            WEIGHTS / 32
+        );
+        p += &format!("store spm={} mem={} bytes={out_bytes} idx=r0 stride=0\nend\n", dst / 4, OUT / 32);
+        p
+    }
+}
+
+/// Runs `text` on both simulators over `data`; returns the RTL's cycles.
+fn compare(text: &str, data: &[u8]) -> u64 {
+    let config = OverlayConfig::sim();
+    let code = encode_program(&assemble(text).unwrap_or_else(|e| panic!("{e}\n{text}"))).unwrap();
+    let mut func = FuncSim::new(&config);
+    let mut rtl = RtlSim::new(&config).unwrap();
+    let (want, _) = run("functional simulator", &mut func, &code, data);
+    let (got, cycles) = run("RTL", &mut rtl, &code, data);
+    assert_eq!(got.result, want.result, "outcome\n{text}");
+    if let Some(i) = got.mem.iter().zip(&want.mem).position(|(a, b)| a != b) {
+        let lo = i & !15;
+        panic!(
+            "device memory byte {i:#x}: RTL {:02x?} functional {:02x?} (16 bytes from {lo:#x})\n{text}",
+            &got.mem[lo..lo + 16],
+            &want.mem[lo..lo + 16]
+        );
+    }
+    assert_eq!(got.regs, want.regs, "registers\n{text}");
+    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS\n{text}");
+    cycles
+}
+
+#[test]
+fn matmul_equals_the_functional_simulator() {
+    if !models_or_skip("RTL matrix unit vs functional simulator") {
+        return;
+    }
+    let cases = [
+        // one row group, one token: the decode shape
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64 },
+        // several groups, the last partial and odd (a half-written output word), tokens, the fused residual
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96 },
+        // Q4_0 rows of 18-byte blocks (rows start at every even byte of a line), FP32 outputs with start values
+        Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64 },
+        // Q8_0: four steps per block, rows of 34-byte blocks
+        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128 },
+        Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32 },
+    ];
+    let mut rng = Rng(0x3a7_3a7);
+    for case in cases {
+        let text = case.program();
+        let cycles = compare(&text, &case.data(&mut rng));
+        let macs = case.ntok * case.rows * case.cols;
+        eprintln!("{case:?}: {cycles} cycles, {macs} MACs, {} weight bytes", case.rows as usize * case.row_bytes());
+    }
+}
+
+#[test]
+fn matmul_traps_equal_the_functional_simulator() {
+    if !models_or_skip("RTL matrix unit traps") {
+        return;
+    }
+    let mut rng = Rng(0x7ab5);
+    let data: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
+    for (what, m) in [
+        ("cols not whole blocks", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=48 w=0x100"),
+        ("ntok 0", "matmul fmt=w4m out=f16 ntok=0 dst=0x1000 src=0 rows=16 cols=64 w=0x100"),
+        ("ntok above max_batch", "matmul fmt=w8 out=f16 ntok=17 dst=0x1000 src=0 rows=16 cols=64 w=0x100"),
+        ("a row longer than the buffer", "matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=2 cols=1888 w=0x100"),
+        ("source and destination overlap", "matmul fmt=w4 out=f32 ntok=2 dst=0x20 src=0 rows=16 cols=64 w=0x100"),
+        ("destination past the scratchpad", "matmul fmt=w4m out=f32 ntok=4 dst=0x3FFF0 src=0 rows=64 cols=64 w=0x100"),
+        ("source past the scratchpad", "matmul fmt=w4m out=f16 ntok=2 dst=0 src=0x3FFF8 rows=16 cols=64 w=0x100"),
+        ("weights past device memory", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1FFFFFF"),
+    ] {
+        let text = format!("seti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
+        compare(&text, &data);
+        eprintln!("trap equal: {what}");
+    }
+}
