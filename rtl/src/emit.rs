@@ -87,9 +87,14 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory lines and the 8-bank scratchpad, checked like the functional simulator",
     ),
     (
+        "matrix",
+        "opu_matrix",
+        "matrix unit: matmul sequencer (rust-hdl HDL) over the weight feeds, the PE array and the hold registers (structural datapath sized by the config), output rounding",
+    ),
+    (
         "top",
         "opu_top",
-        "the overlay so far (rust-hdl HDL): register file, controller core, DMA unit, 8-bank scratchpad, one device-memory port; no matrix, vector or attention unit yet",
+        "the overlay so far (rust-hdl HDL): register file, controller core, DMA and matrix units, 8-bank scratchpad, one device-memory port; no vector or attention unit yet",
     ),
 ];
 
@@ -204,7 +209,14 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         "core" => checked_verilog(&crate::ctrl::core::core_top(cfg))?,
         "mmio" => checked_verilog(&crate::ctrl::mmio::mmio_top(cfg))?,
         "dma" => checked_verilog(&crate::dma::dma_top(cfg))?,
-        "top" => crate::top::top_verilog(cfg)?,
+        "matrix" => {
+            check_lane_config(unit, cfg)?;
+            checked_verilog(&crate::matrix::matrix_top(cfg)?)?
+        }
+        "top" => {
+            check_lane_config(unit, cfg)?;
+            crate::top::top_verilog(cfg)?
+        }
         "round" => checked_verilog(&crate::round::round_top())?,
         // Structural: rust-hdl ports have compile-time widths, the array's depend on the config.
         "array" => {

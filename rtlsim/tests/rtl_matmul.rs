@@ -175,7 +175,19 @@ fn matmul_equals_the_functional_simulator() {
         Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32 },
     ];
     let mut rng = Rng(0x3a7_3a7);
-    for case in cases {
+    // and random shapes: any format, output type and start values, 1..=4 tokens, 1..=40 rows, 1..=6 blocks
+    let fmts = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
+    let random: Vec<Case> = (0..12)
+        .map(|_| Case {
+            fmt: fmts[rng.below(3) as usize],
+            f32_out: rng.below(2) == 1,
+            acc: rng.below(2) == 1,
+            ntok: 1 + rng.below(4) as u32,
+            rows: 1 + rng.below(40) as u32,
+            cols: 32 * (1 + rng.below(6) as u32),
+        })
+        .collect();
+    for case in cases.into_iter().chain(random) {
         let text = case.program();
         let cycles = compare(&text, &case.data(&mut rng));
         let macs = case.ntok * case.rows * case.cols;

@@ -1048,6 +1048,31 @@ impl Logic for Matrix {
     }
 }
 
+/// A [`Matrix`] of `config` ready to emit (its datapath is not simulated by rust-hdl).
+pub fn matrix_top(config: &OverlayConfig) -> Result<Matrix, crate::emit::EmitError> {
+    let lanes = config.pe_lanes;
+    if !lanes.is_power_of_two() || !(8..=128).contains(&lanes) {
+        return Err(crate::emit::EmitError::Unsupported {
+            unit: "matrix".into(),
+            config: config.name.clone(),
+            what: format!("pe_lanes is {lanes}; the matrix unit is built for a power of two in 8..=128"),
+        });
+    }
+    Ok(connect_top!(
+        Matrix::new(config, dp_cores(config)?),
+        clock,
+        reset,
+        flush,
+        iss_valid,
+        iss_word,
+        iss_pc,
+        m_req_ready,
+        m_resp,
+        m_rdata,
+        s_rdata
+    ))
+}
+
 /// The Verilog modules under the matrix unit's datapath for `config`: the weight feed, the aligner and
 /// lane, the array and `opu_matrix_dp`.
 pub fn dp_cores(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
