@@ -82,6 +82,72 @@ pub enum OutState {
     Write,
 }
 
+/// A `matmul` start value (`acc=1`: the old output, FP16 or FP32 bits) on the accumulator's 2^-32 grid,
+/// as `WideAcc::add_f16` / `add_f32` add it; zero when `en` is low. FP16: `sig << (max(e, 1) + 7)`, exact.
+/// FP32: `sig x 2^(max(e, 1) - 150)` floored onto the grid (a left shift from e = 118, else a right shift
+/// toward minus infinity); e > 172 is past the accumulator's term limit and non-finite, as in opu-hw.
+#[derive(LogicBlock, Default)]
+pub struct StartValue {
+    pub bits: Signal<In, Bits<32>>,
+    pub f32: Signal<In, Bit>,
+    pub en: Signal<In, Bit>,
+    pub value: Signal<Out, Bits<ACC_BITS>>,
+    pub nf: Signal<Out, Bit>,
+    h_e: Signal<Local, Bits<8>>,
+    h_m: Signal<Local, Bits<ACC_BITS>>,
+    f_e: Signal<Local, Bits<8>>,
+    f_sig: Signal<Local, Bits<ACC_BITS>>,
+    f_r: Signal<Local, Bits<ACC_BITS>>,
+    f_q: Signal<Local, Bits<ACC_BITS>>,
+}
+
+impl Logic for StartValue {
+    #[hdl_gen]
+    fn update(&mut self) {
+        self.h_e.next = bit_cast::<8, 5>(self.bits.val().get_bits::<5>(10));
+        if self.bits.val().get_bits::<5>(10) == 0 {
+            self.h_e.next = 1.into();
+        }
+        self.h_m.next = bit_cast::<ACC_BITS, 10>(self.bits.val().get_bits::<10>(0));
+        if self.bits.val().get_bits::<5>(10) != 0 {
+            self.h_m.next = bit_cast::<ACC_BITS, 10>(self.bits.val().get_bits::<10>(0)) | bits::<ACC_BITS>(1024);
+        }
+        self.f_e.next = self.bits.val().get_bits::<8>(23);
+        if self.bits.val().get_bits::<8>(23) == 0 {
+            self.f_e.next = 1.into();
+        }
+        self.f_sig.next = bit_cast::<ACC_BITS, 23>(self.bits.val().get_bits::<23>(0));
+        if self.bits.val().get_bits::<8>(23) != 0 {
+            self.f_sig.next = bit_cast::<ACC_BITS, 23>(self.bits.val().get_bits::<23>(0)) | bits::<ACC_BITS>(0x80_0000);
+        }
+        self.f_r.next = self.f_sig.val() >> (bits::<8>(118) - self.f_e.val());
+        self.f_q.next = self.f_sig.val() << (self.f_e.val() - 118);
+        if self.f_e.val() < 118 {
+            self.f_q.next = self.f_r.val();
+            if self.bits.val().get_bit(31) & ((self.f_r.val() << (bits::<8>(118) - self.f_e.val())) != self.f_sig.val()) {
+                // bits were lost: the magnitude of a negative value rounds up (the value floors down)
+                self.f_q.next = self.f_r.val() + 1;
+            }
+        }
+        self.value.next = self.h_m.val() << (self.h_e.val() + 7);
+        if self.bits.val().get_bit(15) {
+            self.value.next = !(self.h_m.val() << (self.h_e.val() + 7)) + 1;
+        }
+        self.nf.next = self.bits.val().get_bits::<5>(10) == 31;
+        if self.f32.val() {
+            self.value.next = self.f_q.val();
+            if self.bits.val().get_bit(31) {
+                self.value.next = !self.f_q.val() + 1;
+            }
+            self.nf.next = (self.bits.val().get_bits::<8>(23) == 255) | (self.bits.val().get_bits::<8>(23) > 172);
+        }
+        if !self.en.val() {
+            self.value.next = 0.into();
+            self.nf.next = false;
+        }
+    }
+}
+
 #[derive(LogicBlock)]
 pub struct Matrix {
     pub clock: Signal<In, Clock>,
@@ -118,6 +184,8 @@ pub struct Matrix {
     pub macs: Signal<Out, Bits<64>>,
 
     dp: MatrixDatapath,
+    start0: StartValue,
+    start1: StartValue,
     round0: Round,
     round1: Round,
 
@@ -255,8 +323,6 @@ pub struct Matrix {
     bank_addr: Signal<Local, Bits<SPM_ADDR_BUS>>,
     next_crow: Signal<Local, Bits<16>>,
     row1_ok: Signal<Local, Bit>,
-    f_r0: Signal<Local, Bits<ACC_BITS>>,
-    f_r1: Signal<Local, Bits<ACC_BITS>>,
     rot: Signal<Local, Bits<256>>,
     rshift: Signal<Local, Bits<9>>,
     wshift: Signal<Local, Bits<9>>,
@@ -283,17 +349,6 @@ pub struct Matrix {
     place_sh: Signal<Local, Bits<9>>,
     place_v: Signal<Local, Bits<256>>,
     place_m: Signal<Local, Bits<256>>,
-    // start values: FP16 and FP32 onto the 2^-32 grid (`WideAcc::add_f16`, `add_f32`), per row
-    h_e0: Signal<Local, Bits<8>>,
-    h_e1: Signal<Local, Bits<8>>,
-    h_m0: Signal<Local, Bits<ACC_BITS>>,
-    h_m1: Signal<Local, Bits<ACC_BITS>>,
-    f_e0: Signal<Local, Bits<8>>,
-    f_e1: Signal<Local, Bits<8>>,
-    f_sig0: Signal<Local, Bits<ACC_BITS>>,
-    f_sig1: Signal<Local, Bits<ACC_BITS>>,
-    f_q0: Signal<Local, Bits<ACC_BITS>>,
-    f_q1: Signal<Local, Bits<ACC_BITS>>,
 }
 
 impl Matrix {
@@ -328,6 +383,8 @@ impl Matrix {
             bytes_read: Default::default(),
             macs: Default::default(),
             dp: MatrixDatapath::new(dp_cores),
+            start0: Default::default(),
+            start1: Default::default(),
             round0: Default::default(),
             round1: Default::default(),
             state: Default::default(),
@@ -442,8 +499,6 @@ impl Matrix {
             bank_addr: Default::default(),
             next_crow: Default::default(),
             row1_ok: Default::default(),
-            f_r0: Default::default(),
-            f_r1: Default::default(),
             rot: Default::default(),
             rshift: Default::default(),
             wshift: Default::default(),
@@ -469,16 +524,6 @@ impl Matrix {
             place_sh: Default::default(),
             place_v: Default::default(),
             place_m: Default::default(),
-            h_e0: Default::default(),
-            h_e1: Default::default(),
-            h_m0: Default::default(),
-            h_m1: Default::default(),
-            f_e0: Default::default(),
-            f_e1: Default::default(),
-            f_sig0: Default::default(),
-            f_sig1: Default::default(),
-            f_q0: Default::default(),
-            f_q1: Default::default(),
         }
     }
 }
@@ -909,86 +954,17 @@ impl Logic for Matrix {
             self.p1_o0.d.next = self.old_lane.val().get_bits::<32>(0);
             self.p1_o1.d.next = self.old_lane.val().get_bits::<32>(32);
         }
-        // stage 2: start values (acc=1) onto the grid, added; FP16: sig << (max(e, 1) + 7), exact
-        self.h_e0.next = bit_cast::<8, 5>(self.p1_o0.q.val().get_bits::<5>(10));
-        if self.p1_o0.q.val().get_bits::<5>(10) == 0 {
-            self.h_e0.next = 1.into();
-        }
-        self.h_e1.next = bit_cast::<8, 5>(self.p1_o1.q.val().get_bits::<5>(10));
-        if self.p1_o1.q.val().get_bits::<5>(10) == 0 {
-            self.h_e1.next = 1.into();
-        }
-        self.h_m0.next = bit_cast::<ACC_BITS, 10>(self.p1_o0.q.val().get_bits::<10>(0));
-        if self.p1_o0.q.val().get_bits::<5>(10) != 0 {
-            self.h_m0.next = bit_cast::<ACC_BITS, 10>(self.p1_o0.q.val().get_bits::<10>(0)) | bits::<ACC_BITS>(1024);
-        }
-        self.h_m1.next = bit_cast::<ACC_BITS, 10>(self.p1_o1.q.val().get_bits::<10>(0));
-        if self.p1_o1.q.val().get_bits::<5>(10) != 0 {
-            self.h_m1.next = bit_cast::<ACC_BITS, 10>(self.p1_o1.q.val().get_bits::<10>(0)) | bits::<ACC_BITS>(1024);
-        }
-        self.i0.next = self.h_m0.val() << (self.h_e0.val() + 7);
-        self.i1.next = self.h_m1.val() << (self.h_e1.val() + 7);
-        if self.p1_o0.q.val().get_bit(15) {
-            self.i0.next = !(self.h_m0.val() << (self.h_e0.val() + 7)) + 1;
-        }
-        if self.p1_o1.q.val().get_bit(15) {
-            self.i1.next = !(self.h_m1.val() << (self.h_e1.val() + 7)) + 1;
-        }
-        self.in0.next = self.p1_o0.q.val().get_bits::<5>(10) == 31;
-        self.in1.next = self.p1_o1.q.val().get_bits::<5>(10) == 31;
-        // FP32: sig x 2^(max(e, 1) - 150) floored onto 2^-32: a left shift from e = 118, else a right shift that
-        // rounds toward minus infinity; e > 172 is past the accumulator's term limit (non-finite, as opu-hw)
-        self.f_e0.next = self.p1_o0.q.val().get_bits::<8>(23);
-        if self.p1_o0.q.val().get_bits::<8>(23) == 0 {
-            self.f_e0.next = 1.into();
-        }
-        self.f_e1.next = self.p1_o1.q.val().get_bits::<8>(23);
-        if self.p1_o1.q.val().get_bits::<8>(23) == 0 {
-            self.f_e1.next = 1.into();
-        }
-        self.f_sig0.next = bit_cast::<ACC_BITS, 23>(self.p1_o0.q.val().get_bits::<23>(0));
-        if self.p1_o0.q.val().get_bits::<8>(23) != 0 {
-            self.f_sig0.next = bit_cast::<ACC_BITS, 23>(self.p1_o0.q.val().get_bits::<23>(0)) | bits::<ACC_BITS>(0x80_0000);
-        }
-        self.f_sig1.next = bit_cast::<ACC_BITS, 23>(self.p1_o1.q.val().get_bits::<23>(0));
-        if self.p1_o1.q.val().get_bits::<8>(23) != 0 {
-            self.f_sig1.next = bit_cast::<ACC_BITS, 23>(self.p1_o1.q.val().get_bits::<23>(0)) | bits::<ACC_BITS>(0x80_0000);
-        }
-        self.f_r0.next = self.f_sig0.val() >> (bits::<8>(118) - self.f_e0.val());
-        self.f_r1.next = self.f_sig1.val() >> (bits::<8>(118) - self.f_e1.val());
-        self.f_q0.next = self.f_sig0.val() << (self.f_e0.val() - 118);
-        if self.f_e0.val() < 118 {
-            self.f_q0.next = self.f_r0.val();
-            if self.p1_o0.q.val().get_bit(31) & ((self.f_r0.val() << (bits::<8>(118) - self.f_e0.val())) != self.f_sig0.val()) {
-                // bits were lost: the magnitude of a negative value rounds up (the value floors down)
-                self.f_q0.next = self.f_r0.val() + 1;
-            }
-        }
-        self.f_q1.next = self.f_sig1.val() << (self.f_e1.val() - 118);
-        if self.f_e1.val() < 118 {
-            self.f_q1.next = self.f_r1.val();
-            if self.p1_o1.q.val().get_bit(31) & ((self.f_r1.val() << (bits::<8>(118) - self.f_e1.val())) != self.f_sig1.val()) {
-                self.f_q1.next = self.f_r1.val() + 1;
-            }
-        }
-        if self.f32o.q.val() {
-            self.i0.next = self.f_q0.val();
-            if self.p1_o0.q.val().get_bit(31) {
-                self.i0.next = !self.f_q0.val() + 1;
-            }
-            self.i1.next = self.f_q1.val();
-            if self.p1_o1.q.val().get_bit(31) {
-                self.i1.next = !self.f_q1.val() + 1;
-            }
-            self.in0.next = (self.p1_o0.q.val().get_bits::<8>(23) == 255) | (self.p1_o0.q.val().get_bits::<8>(23) > 172);
-            self.in1.next = (self.p1_o1.q.val().get_bits::<8>(23) == 255) | (self.p1_o1.q.val().get_bits::<8>(23) > 172);
-        }
-        if !self.accf.q.val() {
-            self.i0.next = 0.into();
-            self.i1.next = 0.into();
-            self.in0.next = false;
-            self.in1.next = false;
-        }
+        // stage 2: start values (acc=1) onto the grid, added
+        self.start0.bits.next = self.p1_o0.q.val();
+        self.start1.bits.next = self.p1_o1.q.val();
+        self.start0.f32.next = self.f32o.q.val();
+        self.start1.f32.next = self.f32o.q.val();
+        self.start0.en.next = self.accf.q.val();
+        self.start1.en.next = self.accf.q.val();
+        self.i0.next = self.start0.value.val();
+        self.i1.next = self.start1.value.val();
+        self.in0.next = self.start0.nf.val();
+        self.in1.next = self.start1.nf.val();
         self.p2_v.d.next = self.p1_v.q.val();
         self.p2_j.d.next = self.p1_j.q.val();
         self.s0.d.next = self.p1_a0.q.val() + self.i0.val();
