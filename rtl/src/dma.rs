@@ -1,31 +1,22 @@
 //! The DMA unit: `load`, `store`, `load2d`, `store2d` between device memory and the scratchpad, in rust-hdl's
 //! own HDL.
 //!
-//! The scratchpad is 8 banks of 32-bit words (word `w` in bank `w mod 8`, row `w / 8`), so a 32-byte memory
-//! line lands on any word offset without a read-modify-write: the line is rotated by the offset and each bank
-//! writes one word, the banks past the end of the transfer disabled. A store reads the 8 words of a line from
-//! the banks, rotates them back and writes the line with a byte mask for a partial last line.
+//! The scratchpad's line port (`spm::Scratchpad`) takes a 32-byte memory line at any word address, the words
+//! past the end of the transfer disabled; a store reads the 8 words of a line and writes the line with a byte
+//! mask for a partial last line.
 //!
 //! An instruction is checked before it moves anything, in the functional simulator's order (operand rules,
 //! then for each row the scratchpad span, then the device-memory span); a violation traps with the
 //! functional simulator's code and ERROR_INFO (the first faulting byte). Then each row streams: a load keeps
 //! requesting lines while the memory accepts them and writes each response as it arrives (responses come in
-//! order); a store reads a line from the banks the cycle before it offers it to the memory. One instruction at
+//! order); a store reads a line from the scratchpad the cycle before it offers it to the memory. One instruction at
 //! a time (the issue port is ready when the unit is idle).
 
 use crate::ctrl::{constant as k, decode};
+use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use opu_hw::regs::ErrorCode;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
-
-/// Scratchpad banks: 32-bit words per 256-bit line.
-pub const SPM_BANKS: usize = 8;
-/// Row address bits of a bank: rows of the largest scratchpad the config allows (4 MiB / 32 bytes).
-pub const SPM_ROW_BITS: usize = 17;
-/// The banks' row addresses, bank `b` at bits `17b..`.
-pub const SPM_ADDR_BUS: usize = SPM_BANKS * SPM_ROW_BITS;
-// The bank address bus below is written out for 17-bit rows.
-const _: () = assert!(SPM_ROW_BITS == 17 && SPM_BANKS == 8);
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum DmaState {
@@ -70,11 +61,12 @@ pub struct Dma {
     pub m_resp: Signal<In, Bit>,
     pub m_rdata: Signal<In, Bits<256>>,
 
-    // ---- scratchpad banks: write port, and read port with the data one cycle later
+    // ---- the scratchpad's line port (`spm::Scratchpad`): the words at a word address, line order; read
+    // data one cycle later
     pub s_we: Signal<Out, Bits<SPM_BANKS>>,
-    pub s_waddr: Signal<Out, Bits<SPM_ADDR_BUS>>,
+    pub s_waddr: Signal<Out, Bits<SPM_WORD_BITS>>,
     pub s_wdata: Signal<Out, Bits<256>>,
-    pub s_raddr: Signal<Out, Bits<SPM_ADDR_BUS>>,
+    pub s_raddr: Signal<Out, Bits<SPM_WORD_BITS>>,
     pub s_rdata: Signal<In, Bits<256>>,
 
     pub bytes_read: Signal<Out, Bits<64>>,
@@ -143,20 +135,10 @@ pub struct Dma {
     mem_byte: Signal<Local, Bits<80>>,
     nlines: Signal<Local, Bits<20>>,
     nwords: Signal<Local, Bits<24>>,
-    /// Word offset of the row in its bank line (`rspm mod 8`), the first bank row, the line's row.
-    s0: Signal<Local, Bits<3>>,
-    base_row: Signal<Local, Bits<SPM_ROW_BITS>>,
     k: Signal<Local, Bits<20>>,
-    rowk: Signal<Local, Bits<SPM_ROW_BITS>>,
-    carry: Signal<Local, Bits<8>>,
     kd: Signal<Local, Bits<20>>,
     rem_words: Signal<Local, Bits<24>>,
     jmask: Signal<Local, Bits<8>>,
-    bmask: Signal<Local, Bits<8>>,
-    bank_addr: Signal<Local, Bits<SPM_ADDR_BUS>>,
-    rot_l: Signal<Local, Bits<256>>,
-    rot_r: Signal<Local, Bits<256>>,
-    shift: Signal<Local, Bits<9>>,
     /// The current row's last line was written (load) or taken (store); move to the next row.
     row_done: Signal<Local, Bit>,
     next_row: Signal<Local, Bit>,
@@ -173,7 +155,7 @@ impl Dma {
         for n in ["spm", "mem", "row_bytes", "rows", "mem_stride", "spm_stride"] {
             assert_eq!(decode::field("store2d", n), decode::field("load2d", n), "`store2d.{n}`");
         }
-        assert!(u64::from(config.scratchpad_bytes) <= (SPM_BANKS as u64 * 4) << SPM_ROW_BITS);
+        assert!(u64::from(config.scratchpad_bytes) <= 4u64 << SPM_WORD_BITS);
         Dma {
             clock: Default::default(),
             reset: Default::default(),
@@ -255,19 +237,10 @@ impl Dma {
             mem_byte: Default::default(),
             nlines: Default::default(),
             nwords: Default::default(),
-            s0: Default::default(),
-            base_row: Default::default(),
             k: Default::default(),
-            rowk: Default::default(),
-            carry: Default::default(),
             kd: Default::default(),
             rem_words: Default::default(),
             jmask: Default::default(),
-            bmask: Default::default(),
-            bank_addr: Default::default(),
-            rot_l: Default::default(),
-            rot_r: Default::default(),
-            shift: Default::default(),
             row_done: Default::default(),
             next_row: Default::default(),
         }
@@ -322,9 +295,7 @@ impl Logic for Dma {
         self.nwords.next = self.nbytes.q.val() >> 2;
         self.nlines.next = bit_cast::<20, 24>((self.nbytes.q.val() + 31) >> 5);
 
-        // ---- bank addressing of line `k` of the row (`k` = the line being written or read)
-        self.s0.next = self.rspm.q.val().get_bits::<3>(0);
-        self.base_row.next = self.rspm.q.val().get_bits::<SPM_ROW_BITS>(3);
+        // ---- the scratchpad word of line `k` of the row (`k` = the line being written or read)
         self.k.next = self.resp_k.q.val();
         if self.store.q.val() {
             self.k.next = self.req_k.q.val();
@@ -333,21 +304,10 @@ impl Logic for Dma {
                 self.k.next = self.req_k.q.val() + 1;
             }
         }
-        self.rowk.next = self.base_row.val() + bit_cast::<SPM_ROW_BITS, 20>(self.k.val());
-        // banks below the offset hold the line's words that wrap into the next bank row
-        self.carry.next = (bits::<8>(1) << self.s0.val()) - 1;
-        self.bank_addr.next = bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(0))
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(1)) << 17)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(2)) << 34)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(3)) << 51)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(4)) << 68)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(5)) << 85)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(6)) << 102)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.rowk.val() + self.carry.val().get_bit(7)) << 119);
-        self.s_waddr.next = self.bank_addr.val();
-        self.s_raddr.next = self.bank_addr.val();
-        // words of line k inside the transfer: j < min(nwords - 8k, 8), as banks: rotated left by s0
-        // the data line: the one written to the banks (load) or offered to the memory (store)
+        self.s_waddr.next = bit_cast::<SPM_WORD_BITS, 36>(self.rspm.q.val() + (bit_cast::<36, 20>(self.k.val()) << 3));
+        self.s_raddr.next = bit_cast::<SPM_WORD_BITS, 36>(self.rspm.q.val() + (bit_cast::<36, 20>(self.k.val()) << 3));
+        // words of line k inside the transfer: j < min(nwords - 8k, 8)
+        // the data line: the one written to the scratchpad (load) or offered to the memory (store)
         self.kd.next = self.resp_k.q.val();
         if self.store.q.val() {
             self.kd.next = self.req_k.q.val();
@@ -356,15 +316,6 @@ impl Logic for Dma {
         self.jmask.next = bits::<8>(255);
         if self.rem_words.val() < 8 {
             self.jmask.next = bit_cast::<8, 9>((bits::<9>(1) << self.rem_words.val()) - 1);
-        }
-        self.bmask.next = self.jmask.val();
-        self.shift.next = bit_cast::<9, 3>(self.s0.val()) << 5;
-        self.rot_l.next = self.m_rdata.val();
-        self.rot_r.next = self.s_rdata.val();
-        if self.s0.val() != 0 {
-            self.bmask.next = (self.jmask.val() << self.s0.val()) | (self.jmask.val() >> (bits::<4>(8) - bit_cast::<4, 3>(self.s0.val())));
-            self.rot_l.next = (self.m_rdata.val() << self.shift.val()) | (self.m_rdata.val() >> (bits::<9>(256) - self.shift.val()));
-            self.rot_r.next = (self.s_rdata.val() >> self.shift.val()) | (self.s_rdata.val() << (bits::<9>(256) - self.shift.val()));
         }
 
         match self.state.q.val() {
@@ -449,8 +400,8 @@ impl Logic for Dma {
                     }
                 }
                 if self.m_resp.val() {
-                    self.s_we.next = self.bmask.val();
-                    self.s_wdata.next = self.rot_l.val();
+                    self.s_we.next = self.jmask.val();
+                    self.s_wdata.next = self.m_rdata.val();
                     self.resp_k.d.next = self.resp_k.q.val() + 1;
                     self.progress.next = true;
                     if self.resp_k.q.val() + 1 == self.nlines.val() {
@@ -465,7 +416,7 @@ impl Logic for Dma {
             }
             DmaState::StoreWrite => {
                 self.m_req.next = true;
-                self.m_wdata.next = self.rot_r.val();
+                self.m_wdata.next = self.s_rdata.val();
                 // byte enables of the line's words (the mask of line req_k, before the rotation)
                 self.m_wmask.next = self.ones32.val();
                 if self.rem_words.val() < 8 {

@@ -18,6 +18,7 @@
 //!   scratchpad.
 //! - [`matrix`]: the matrix unit (`matmul`): its sequencer (rust-hdl HDL), the weight feeds and the datapath
 //!   around the PE array.
+//! - [`spm`]: the scratchpad, 8 banks of words behind a line port at any word address.
 //! - [`top`]: the overlay so far: register file, core, DMA unit and scratchpad on one memory port.
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
@@ -48,6 +49,7 @@ pub mod matrix;
 pub mod reduce;
 pub mod round;
 pub mod router;
+pub mod spm;
 pub mod synth;
 pub mod testing;
 pub mod top;

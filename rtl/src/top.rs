@@ -10,14 +10,15 @@
 //!
 //! Memory port: one request per cycle (32-byte lines; reads answered in order with the request's `m_tag`
 //! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 2 for the matrix unit). The units
-//! have priority; fetch takes the cycles they leave. `ldr` reads the scratchpad through the banks' read
+//! have priority; fetch takes the cycles they leave. `ldr` reads the scratchpad through its read
 //! port, which is free then (the core issues `ldr` only when the units are idle).
 
 use crate::ctrl::core::Core;
 use crate::ctrl::mmio::{Mmio, ADDR_BITS};
 use crate::ctrl::queue::IssueQueue;
-use crate::dma::{Dma, SPM_ROW_BITS};
+use crate::dma::Dma;
 use crate::matrix::Matrix;
+use crate::spm::{Scratchpad, SPM_ROW_BITS};
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 
@@ -54,17 +55,12 @@ pub struct Top<const R: usize> {
     dma: Dma,
     mat_q: IssueQueue,
     mat: Matrix,
-    /// The scratchpad: bank `b` holds words `8 row + b`.
-    banks: [RAM<Bits<32>, R>; 8],
+    /// The scratchpad (8 banks of `2^R` words behind a line port).
+    spm: Scratchpad<R>,
     dma_turn: Signal<Local, Bit>,
     mat_turn: Signal<Local, Bit>,
-    sp_we: Signal<Local, Bits<8>>,
-    sp_waddr: Signal<Local, Bits<{ crate::dma::SPM_ADDR_BUS }>>,
-    sp_wdata: Signal<Local, Bits<256>>,
-    sp_raddr: Signal<Local, Bits<{ crate::dma::SPM_ADDR_BUS }>>,
     dma_side_idle: Signal<Local, Bit>,
     mat_side_idle: Signal<Local, Bit>,
-    ldr_row: Signal<Local, Bits<R>>,
 }
 
 impl<const R: usize> Top<R> {
@@ -98,16 +94,11 @@ impl<const R: usize> Top<R> {
             dma: Dma::new(config),
             mat_q: Default::default(),
             mat: Matrix::new(config, dp_cores),
-            banks: Default::default(),
+            spm: Default::default(),
             dma_turn: Default::default(),
             mat_turn: Default::default(),
-            sp_we: Default::default(),
-            sp_waddr: Default::default(),
-            sp_wdata: Default::default(),
-            sp_raddr: Default::default(),
             dma_side_idle: Default::default(),
             mat_side_idle: Default::default(),
-            ldr_row: Default::default(),
         }
     }
 }
@@ -232,87 +223,25 @@ impl<const R: usize> Logic for Top<R> {
         self.mat.m_rdata.next = self.m_rdata.val();
         self.core.f_data.next = self.m_rdata.val();
 
-        // ---- scratchpad banks: the DMA unit's or, while it runs, the matrix unit's ports; ldr
-        // reads when both are idle
-        self.sp_we.next = self.dma.s_we.val();
-        self.sp_waddr.next = self.dma.s_waddr.val();
-        self.sp_wdata.next = self.dma.s_wdata.val();
-        self.sp_raddr.next = self.dma.s_raddr.val();
+        // ---- the scratchpad: the DMA unit's line port or, while it runs, the matrix unit's; ldr reads when
+        // both are idle (the word at its address is word 0 of the line the next cycle)
+        self.spm.clock.next = self.clock.val();
+        self.spm.we.next = self.dma.s_we.val();
+        self.spm.waddr.next = self.dma.s_waddr.val();
+        self.spm.wdata.next = self.dma.s_wdata.val();
+        self.spm.raddr.next = self.dma.s_raddr.val();
         if !self.mat.idle.val() {
-            self.sp_we.next = self.mat.s_we.val();
-            self.sp_waddr.next = self.mat.s_waddr.val();
-            self.sp_wdata.next = self.mat.s_wdata.val();
-            self.sp_raddr.next = self.mat.s_raddr.val();
+            self.spm.we.next = self.mat.s_we.val();
+            self.spm.waddr.next = self.mat.s_waddr.val();
+            self.spm.wdata.next = self.mat.s_wdata.val();
+            self.spm.raddr.next = self.mat.s_raddr.val();
         }
-        self.ldr_row.next = bit_cast::<R, 20>(self.core.spm_addr.val() >> 3);
-        self.banks[0].read_clock.next = self.clock.val();
-        self.banks[1].read_clock.next = self.clock.val();
-        self.banks[2].read_clock.next = self.clock.val();
-        self.banks[3].read_clock.next = self.clock.val();
-        self.banks[4].read_clock.next = self.clock.val();
-        self.banks[5].read_clock.next = self.clock.val();
-        self.banks[6].read_clock.next = self.clock.val();
-        self.banks[7].read_clock.next = self.clock.val();
-        self.banks[0].write_clock.next = self.clock.val();
-        self.banks[1].write_clock.next = self.clock.val();
-        self.banks[2].write_clock.next = self.clock.val();
-        self.banks[3].write_clock.next = self.clock.val();
-        self.banks[4].write_clock.next = self.clock.val();
-        self.banks[5].write_clock.next = self.clock.val();
-        self.banks[6].write_clock.next = self.clock.val();
-        self.banks[7].write_clock.next = self.clock.val();
-        self.banks[0].write_enable.next = self.sp_we.val().get_bit(0);
-        self.banks[1].write_enable.next = self.sp_we.val().get_bit(1);
-        self.banks[2].write_enable.next = self.sp_we.val().get_bit(2);
-        self.banks[3].write_enable.next = self.sp_we.val().get_bit(3);
-        self.banks[4].write_enable.next = self.sp_we.val().get_bit(4);
-        self.banks[5].write_enable.next = self.sp_we.val().get_bit(5);
-        self.banks[6].write_enable.next = self.sp_we.val().get_bit(6);
-        self.banks[7].write_enable.next = self.sp_we.val().get_bit(7);
-        self.banks[0].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(0));
-        self.banks[1].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(17));
-        self.banks[2].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(34));
-        self.banks[3].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(51));
-        self.banks[4].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(68));
-        self.banks[5].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(85));
-        self.banks[6].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(102));
-        self.banks[7].write_address.next = bit_cast::<R, 17>(self.sp_waddr.val().get_bits::<17>(119));
-        self.banks[0].write_data.next = self.sp_wdata.val().get_bits::<32>(0);
-        self.banks[1].write_data.next = self.sp_wdata.val().get_bits::<32>(32);
-        self.banks[2].write_data.next = self.sp_wdata.val().get_bits::<32>(64);
-        self.banks[3].write_data.next = self.sp_wdata.val().get_bits::<32>(96);
-        self.banks[4].write_data.next = self.sp_wdata.val().get_bits::<32>(128);
-        self.banks[5].write_data.next = self.sp_wdata.val().get_bits::<32>(160);
-        self.banks[6].write_data.next = self.sp_wdata.val().get_bits::<32>(192);
-        self.banks[7].write_data.next = self.sp_wdata.val().get_bits::<32>(224);
-        self.banks[0].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(0));
-        self.banks[1].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(17));
-        self.banks[2].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(34));
-        self.banks[3].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(51));
-        self.banks[4].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(68));
-        self.banks[5].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(85));
-        self.banks[6].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(102));
-        self.banks[7].read_address.next = bit_cast::<R, 17>(self.sp_raddr.val().get_bits::<17>(119));
         if self.dma.idle.val() & self.mat.idle.val() {
-            self.banks[0].read_address.next = self.ldr_row.val();
-            self.banks[1].read_address.next = self.ldr_row.val();
-            self.banks[2].read_address.next = self.ldr_row.val();
-            self.banks[3].read_address.next = self.ldr_row.val();
-            self.banks[4].read_address.next = self.ldr_row.val();
-            self.banks[5].read_address.next = self.ldr_row.val();
-            self.banks[6].read_address.next = self.ldr_row.val();
-            self.banks[7].read_address.next = self.ldr_row.val();
+            self.spm.raddr.next = self.core.spm_addr.val();
         }
-        self.dma.s_rdata.next = bit_cast::<256, 32>(self.banks[0].read_data.val())
-            | (bit_cast::<256, 32>(self.banks[1].read_data.val()) << 32)
-            | (bit_cast::<256, 32>(self.banks[2].read_data.val()) << 64)
-            | (bit_cast::<256, 32>(self.banks[3].read_data.val()) << 96)
-            | (bit_cast::<256, 32>(self.banks[4].read_data.val()) << 128)
-            | (bit_cast::<256, 32>(self.banks[5].read_data.val()) << 160)
-            | (bit_cast::<256, 32>(self.banks[6].read_data.val()) << 192)
-            | (bit_cast::<256, 32>(self.banks[7].read_data.val()) << 224);
-        self.mat.s_rdata.next = self.dma.s_rdata.val();
-        self.core.spm_data.next = self.dma.s_rdata.val().get_bits::<32>((bit_cast::<8, 3>(self.core.spm_addr.val().get_bits::<3>(0)) << 5).index());
+        self.dma.s_rdata.next = self.spm.rdata.val();
+        self.mat.s_rdata.next = self.spm.rdata.val();
+        self.core.spm_data.next = self.spm.rdata.val().get_bits::<32>(0);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The DMA unit of the RTL (`opu_rtl::dma`, rust-hdl HDL) in rust-hdl's simulator against the functional
 //! simulator: the same `load store load2d store2d` instructions on the same device memory and scratchpad,
-//! with a memory model that has latency and random back-pressure and an 8-bank scratchpad model. Compared:
+//! with a memory model that has latency and random back-pressure and a model of the scratchpad's line port. Compared:
 //! every byte of the scratchpad window and device-memory window the instructions touch, the byte counters,
 //! and each trap's code and ERROR_INFO.
 
@@ -14,7 +14,8 @@ use opu_hw::device::{Device, DeviceError};
 use opu_hw::isa::{assemble, encode, Instr};
 use opu_hw::regs;
 use opu_hw::OverlayConfig;
-use opu_rtl::dma::{dma_top, Dma, SPM_BANKS, SPM_ROW_BITS};
+use opu_rtl::dma::{dma_top, Dma};
+use opu_rtl::spm::SPM_BANKS;
 use opu_rtl::testing::Rng;
 use opu_sim::FuncSim;
 use rust_hdl::prelude::*;
@@ -100,19 +101,19 @@ fn run_dma(instrs: Vec<(Instr, u32)>, mem: Vec<u8>, spm: Vec<u8>, seed: u64, lat
                     pending.push_back((cycle + latency, line));
                 }
             }
-            let (raddr, waddr, we, wdata) = (x.s_raddr.val(), x.s_waddr.val(), x.s_we.val().to_u64(), x.s_wdata.val());
+            // the scratchpad's line port: the 8 words from a word address, line order
+            let (raddr, waddr, we, wdata) =
+                (x.s_raddr.val().to_u64() as usize, x.s_waddr.val().to_u64() as usize, x.s_we.val().to_u64(), x.s_wdata.val());
             let mut next_rdata = Bits::<256>::default();
-            for b in 0..SPM_BANKS {
-                let row = raddr.get_bits::<SPM_ROW_BITS>(SPM_ROW_BITS * b).to_u64() as usize;
-                let w = (row * SPM_BANKS + b) * 4;
+            for j in 0..SPM_BANKS {
+                let w = (raddr + j) * 4;
                 let v = spm.get(w..w + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap())).unwrap_or(0);
-                next_rdata.set_bits::<32>(32 * b, u64::from(v).to_bits());
+                next_rdata.set_bits::<32>(32 * j, u64::from(v).to_bits());
             }
-            for b in 0..SPM_BANKS {
-                if we >> b & 1 == 1 {
-                    let row = waddr.get_bits::<SPM_ROW_BITS>(SPM_ROW_BITS * b).to_u64() as usize;
-                    let w = (row * SPM_BANKS + b) * 4;
-                    spm[w..w + 4].copy_from_slice(&(wdata.get_bits::<32>(32 * b).to_u32()).to_le_bytes());
+            for j in 0..SPM_BANKS {
+                if we >> j & 1 == 1 {
+                    let w = (waddr + j) * 4;
+                    spm[w..w + 4].copy_from_slice(&(wdata.get_bits::<32>(32 * j).to_u32()).to_le_bytes());
                 }
             }
             rdata = next_rdata;

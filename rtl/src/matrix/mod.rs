@@ -26,7 +26,7 @@ pub mod dp;
 pub mod feed;
 
 use crate::ctrl::{constant as k, decode};
-use crate::dma::{SPM_ADDR_BUS, SPM_BANKS, SPM_ROW_BITS};
+use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use crate::lane::ACC_BITS;
 use crate::round::Round;
 use dp::MatrixDatapath;
@@ -173,11 +173,11 @@ pub struct Matrix {
     pub m_resp: Signal<In, Bit>,
     pub m_rdata: Signal<In, Bits<256>>,
 
-    // ---- scratchpad banks (see `dma`): write port, read port with the data a cycle later
+    // ---- the scratchpad's line port (`spm::Scratchpad`): words at a word address, read data a cycle later
     pub s_we: Signal<Out, Bits<SPM_BANKS>>,
-    pub s_waddr: Signal<Out, Bits<SPM_ADDR_BUS>>,
+    pub s_waddr: Signal<Out, Bits<SPM_WORD_BITS>>,
     pub s_wdata: Signal<Out, Bits<256>>,
-    pub s_raddr: Signal<Out, Bits<SPM_ADDR_BUS>>,
+    pub s_raddr: Signal<Out, Bits<SPM_WORD_BITS>>,
     pub s_rdata: Signal<In, Bits<256>>,
 
     pub bytes_read: Signal<Out, Bits<64>>,
@@ -272,8 +272,6 @@ pub struct Matrix {
     p3_j: DFF<Bits<4>>,
     p4_v: DFF<Bit>,
     p4_j: DFF<Bits<4>>,
-    /// Scratchpad word offset of the last read (to rotate its data back into line order).
-    rd_s0: DFF<Bits<3>>,
 
     // ---- constants
     max_batch: Constant<Bits<7>>,
@@ -315,17 +313,10 @@ pub struct Matrix {
     last_tok: Signal<Local, Bit>,
     ro_read: Signal<Local, Bit>,
     ro_write: Signal<Local, Bit>,
-    /// The scratchpad word of this cycle's bank access and its bank addressing.
+    /// The scratchpad word of this cycle's access.
     sp_word: Signal<Local, Bits<32>>,
-    sp_s0: Signal<Local, Bits<3>>,
-    sp_row: Signal<Local, Bits<SPM_ROW_BITS>>,
-    carry: Signal<Local, Bits<8>>,
-    bank_addr: Signal<Local, Bits<SPM_ADDR_BUS>>,
     next_crow: Signal<Local, Bits<16>>,
     row1_ok: Signal<Local, Bit>,
-    rot: Signal<Local, Bits<256>>,
-    rshift: Signal<Local, Bits<9>>,
-    wshift: Signal<Local, Bits<9>>,
     wmask: Signal<Local, Bits<8>>,
     wwords: Signal<Local, Bits<16>>,
     cvalid: Signal<Local, Bits<16>>,
@@ -455,7 +446,6 @@ impl Matrix {
             p3_j: Default::default(),
             p4_v: Default::default(),
             p4_j: Default::default(),
-            rd_s0: Default::default(),
             max_batch: k(u64::from(config.max_batch)),
             max_row: k(u64::from(config.max_matmul_row_bytes())),
             mem_bytes: k(config.device_memory_bytes),
@@ -493,15 +483,8 @@ impl Matrix {
             ro_read: Default::default(),
             ro_write: Default::default(),
             sp_word: Default::default(),
-            sp_s0: Default::default(),
-            sp_row: Default::default(),
-            carry: Default::default(),
-            bank_addr: Default::default(),
             next_crow: Default::default(),
             row1_ok: Default::default(),
-            rot: Default::default(),
-            rshift: Default::default(),
-            wshift: Default::default(),
             wmask: Default::default(),
             wwords: Default::default(),
             cvalid: Default::default(),
@@ -536,7 +519,7 @@ impl Logic for Matrix {
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, macs_total, outstanding, rows_left,
             grows, gbyte, gout, nlines, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
-            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rd_s0
+            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j
         );
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
@@ -617,27 +600,9 @@ impl Logic for Matrix {
         if self.ro_read.val() | self.ro_write.val() {
             self.sp_word.next = self.obyte.q.val() >> 2;
         }
-        self.sp_s0.next = self.sp_word.val().get_bits::<3>(0);
-        self.sp_row.next = self.sp_word.val().get_bits::<SPM_ROW_BITS>(3);
-        self.carry.next = (bits::<8>(1) << self.sp_s0.val()) - 1;
-        self.bank_addr.next = bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(0))
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(1)) << 17)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(2)) << 34)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(3)) << 51)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(4)) << 68)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(5)) << 85)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(6)) << 102)
-            | (bit_cast::<SPM_ADDR_BUS, SPM_ROW_BITS>(self.sp_row.val() + self.carry.val().get_bit(7)) << 119);
-        self.s_raddr.next = self.bank_addr.val();
-        self.s_waddr.next = self.bank_addr.val();
-        self.rd_s0.d.next = self.sp_s0.val();
-        // the last read's data in line order
-        self.rshift.next = bit_cast::<9, 3>(self.rd_s0.q.val()) << 5;
-        self.rot.next = self.s_rdata.val();
-        if self.rd_s0.q.val() != 0 {
-            self.rot.next = (self.s_rdata.val() >> self.rshift.val()) | (self.s_rdata.val() << (bits::<9>(256) - self.rshift.val()));
-        }
-        // a chunk write: the words holding a valid row, rotated onto the banks
+        self.s_raddr.next = bit_cast::<SPM_WORD_BITS, 32>(self.sp_word.val());
+        self.s_waddr.next = bit_cast::<SPM_WORD_BITS, 32>(self.sp_word.val());
+        // a chunk write: the words holding a valid row
         self.cvalid.next = 0.into();
         if self.ochunk_row.q.val() < self.grows.q.val() {
             self.cvalid.next = self.grows.q.val() - self.ochunk_row.q.val();
@@ -650,17 +615,10 @@ impl Logic for Matrix {
         if self.wwords.val() < 8 {
             self.wmask.next = bit_cast::<8, 9>((bits::<9>(1) << bit_cast::<9, 16>(self.wwords.val())) - 1);
         }
-        self.wshift.next = bit_cast::<9, 3>(self.sp_s0.val()) << 5;
         self.s_we.next = 0.into();
         self.s_wdata.next = self.outc.q.val();
-        if self.sp_s0.val() != 0 {
-            self.s_wdata.next = (self.outc.q.val() << self.wshift.val()) | (self.outc.q.val() >> (bits::<9>(256) - self.wshift.val()));
-        }
         if self.ro_write.val() {
             self.s_we.next = self.wmask.val();
-            if self.sp_s0.val() != 0 {
-                self.s_we.next = (self.wmask.val() << self.sp_s0.val()) | (self.wmask.val() >> (bits::<4>(8) - bit_cast::<4, 3>(self.sp_s0.val())));
-            }
         }
 
         // ---- the instruction
@@ -828,7 +786,7 @@ impl Logic for Matrix {
             }
             MatrixState::XRead1 => {
                 if !self.ro_read.val() & !self.ro_write.val() {
-                    self.xlo.d.next = self.rot.val();
+                    self.xlo.d.next = self.s_rdata.val();
                     self.state.d.next = MatrixState::Step;
                     self.step.d.next = 0.into();
                 } else {
@@ -841,8 +799,8 @@ impl Logic for Matrix {
                 self.progress.next = true;
                 if self.step.q.val() == 0 {
                     // the high half arrives now
-                    self.dp.f_xf.next = bit_cast::<512, 256>(self.xlo.q.val()) | (bit_cast::<512, 256>(self.rot.val()) << 256);
-                    self.xf.d.next = bit_cast::<512, 256>(self.xlo.q.val()) | (bit_cast::<512, 256>(self.rot.val()) << 256);
+                    self.dp.f_xf.next = bit_cast::<512, 256>(self.xlo.q.val()) | (bit_cast::<512, 256>(self.s_rdata.val()) << 256);
+                    self.xf.d.next = bit_cast::<512, 256>(self.xlo.q.val()) | (bit_cast::<512, 256>(self.s_rdata.val()) << 256);
                 }
                 self.step.d.next = self.step.q.val() + 1;
                 if self.last_step.val() {
@@ -912,8 +870,8 @@ impl Logic for Matrix {
                 self.ostate.d.next = OutState::Old;
             }
             OutState::Old => {
-                self.old.d.next = self.rot.val();
-                self.outc.d.next = self.rot.val();
+                self.old.d.next = self.s_rdata.val();
+                self.outc.d.next = self.s_rdata.val();
                 self.olane.d.next = 0.into();
                 self.ostate.d.next = OutState::Lanes;
             }
