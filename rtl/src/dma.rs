@@ -136,6 +136,8 @@ pub struct Dma {
     nlines: Signal<Local, Bits<20>>,
     nwords: Signal<Local, Bits<24>>,
     k: Signal<Local, Bits<20>>,
+    /// The scratchpad word of line `k`.
+    s_word: Signal<Local, Bits<SPM_WORD_BITS>>,
     kd: Signal<Local, Bits<20>>,
     rem_words: Signal<Local, Bits<24>>,
     jmask: Signal<Local, Bits<8>>,
@@ -238,6 +240,7 @@ impl Dma {
             nlines: Default::default(),
             nwords: Default::default(),
             k: Default::default(),
+            s_word: Default::default(),
             kd: Default::default(),
             rem_words: Default::default(),
             jmask: Default::default(),
@@ -304,8 +307,9 @@ impl Logic for Dma {
                 self.k.next = self.req_k.q.val() + 1;
             }
         }
-        self.s_waddr.next = bit_cast::<SPM_WORD_BITS, 36>(self.rspm.q.val() + (bit_cast::<36, 20>(self.k.val()) << 3));
-        self.s_raddr.next = bit_cast::<SPM_WORD_BITS, 36>(self.rspm.q.val() + (bit_cast::<36, 20>(self.k.val()) << 3));
+        self.s_word.next = bit_cast::<SPM_WORD_BITS, 36>(self.rspm.q.val() + (bit_cast::<36, 20>(self.k.val()) << 3));
+        self.s_waddr.next = self.s_word.val();
+        self.s_raddr.next = self.s_word.val();
         // words of line k inside the transfer: j < min(nwords - 8k, 8)
         // the data line: the one written to the scratchpad (load) or offered to the memory (store)
         self.kd.next = self.resp_k.q.val();

@@ -262,7 +262,7 @@ pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitEr
         t.connect_all();
         crate::emit::checked_verilog(&t)
     }
-    crate::matrix::matrix_top(config)?;
+    crate::matrix::check_config(config)?;
     let rows = (config.scratchpad_bytes / 32).trailing_zeros();
     match rows {
         _ if config.scratchpad_bytes != 32 << rows => Err(crate::emit::EmitError::Unsupported {

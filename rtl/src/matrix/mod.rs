@@ -305,6 +305,12 @@ pub struct Matrix {
 
     // ---- combinational
     opc: Signal<Local, Bits<8>>,
+    raise: Signal<Local, Bit>,
+    raise_code: Signal<Local, Bits<4>>,
+    raise_info: Signal<Local, Bits<64>>,
+    span_start: Signal<Local, Bits<32>>,
+    span_end: Signal<Local, Bits<32>>,
+    spm_first: Signal<Local, Bits<64>>,
     fmt_in: Signal<Local, Bits<3>>,
     supported: Signal<Local, Bit>,
     w8: Signal<Local, Bit>,
@@ -346,7 +352,9 @@ impl Matrix {
     pub fn new(config: &OverlayConfig, dp_cores: String) -> Matrix {
         let f = |n: &str| k::<8>(u64::from(decode::field("matmul", n).offset));
         let lanes = config.pe_lanes as u64;
-        assert!(lanes.is_power_of_two() && (8..=128).contains(&lanes), "the matrix unit needs 8..=128 lanes, a power of two");
+        if let Err(e) = check_config(config) {
+            panic!("{e}");
+        }
         Matrix {
             clock: Default::default(),
             reset: Default::default(),
@@ -474,6 +482,12 @@ impl Matrix {
             c_spm: k(ErrorCode::ScratchpadOutOfRange as u64),
             ones32: k(0xFFFF_FFFF),
             opc: Default::default(),
+            raise: Default::default(),
+            raise_code: Default::default(),
+            raise_info: Default::default(),
+            span_start: Default::default(),
+            span_end: Default::default(),
+            spm_first: Default::default(),
             fmt_in: Default::default(),
             supported: Default::default(),
             w8: Default::default(),
@@ -621,6 +635,23 @@ impl Logic for Matrix {
             self.s_we.next = self.wmask.val();
         }
 
+        // ---- checks: a violation raises the trap (one place below); the scratchpad span checked is the
+        // destination's in Check3, the source's in Check4, its first faulting byte as the functional simulator
+        // reports it
+        self.raise.next = false;
+        self.raise_code.next = self.c_bad.val();
+        self.raise_info.next = 0.into();
+        self.span_start.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
+        self.span_end.next = self.dst_end.val();
+        if self.state.q.val() == MatrixState::Check4 {
+            self.span_start.next = bit_cast::<32, 20>(self.src.q.val()) << 2;
+            self.span_end.next = self.src_end.val();
+        }
+        self.spm_first.next = bit_cast::<64, 32>(self.span_start.val());
+        if self.span_start.val() < self.spm_bytes.val() {
+            self.spm_first.next = bit_cast::<64, 32>(self.spm_bytes.val());
+        }
+
         // ---- the instruction
         match self.state.q.val() {
             MatrixState::Idle => {
@@ -660,10 +691,7 @@ impl Logic for Matrix {
                     | (self.ntok.q.val() > self.max_batch.val())
                     | (self.cols.q.val().get_bits::<5>(0) != 0)
                 {
-                    self.trap_r.d.next = true;
-                    self.trap_code_r.d.next = self.c_bad.val();
-                    self.trap_info_r.d.next = 0.into();
-                    self.state.d.next = MatrixState::Idle;
+                    self.raise.next = true;
                 }
             }
             MatrixState::Check1 => {
@@ -679,10 +707,7 @@ impl Logic for Matrix {
                 }
                 self.state.d.next = MatrixState::Check3;
                 if self.rb.q.val() > self.max_row.val() {
-                    self.trap_r.d.next = true;
-                    self.trap_code_r.d.next = self.c_bad.val();
-                    self.trap_info_r.d.next = 0.into();
-                    self.state.d.next = MatrixState::Idle;
+                    self.raise.next = true;
                 }
             }
             MatrixState::Check3 => {
@@ -690,30 +715,19 @@ impl Logic for Matrix {
                 if ((bit_cast::<32, 20>(self.src.q.val()) << 2) < self.dst_end.val())
                     & ((bit_cast::<32, 20>(self.dst.q.val()) << 2) < self.src_end.val())
                 {
-                    self.trap_r.d.next = true;
-                    self.trap_code_r.d.next = self.c_bad.val();
-                    self.trap_info_r.d.next = 0.into();
-                    self.state.d.next = MatrixState::Idle;
-                } else if self.dst_end.val() > self.spm_bytes.val() {
-                    self.trap_r.d.next = true;
-                    self.trap_code_r.d.next = self.c_spm.val();
-                    self.trap_info_r.d.next = bit_cast::<64, 32>(bit_cast::<32, 20>(self.dst.q.val()) << 2);
-                    if (bit_cast::<32, 20>(self.dst.q.val()) << 2) < self.spm_bytes.val() {
-                        self.trap_info_r.d.next = bit_cast::<64, 32>(self.spm_bytes.val());
-                    }
-                    self.state.d.next = MatrixState::Idle;
+                    self.raise.next = true;
+                } else if self.span_end.val() > self.spm_bytes.val() {
+                    self.raise.next = true;
+                    self.raise_code.next = self.c_spm.val();
+                    self.raise_info.next = self.spm_first.val();
                 }
             }
             MatrixState::Check4 => {
                 self.state.d.next = MatrixState::Check5;
-                if self.src_end.val() > self.spm_bytes.val() {
-                    self.trap_r.d.next = true;
-                    self.trap_code_r.d.next = self.c_spm.val();
-                    self.trap_info_r.d.next = bit_cast::<64, 32>(bit_cast::<32, 20>(self.src.q.val()) << 2);
-                    if (bit_cast::<32, 20>(self.src.q.val()) << 2) < self.spm_bytes.val() {
-                        self.trap_info_r.d.next = bit_cast::<64, 32>(self.spm_bytes.val());
-                    }
-                    self.state.d.next = MatrixState::Idle;
+                if self.span_end.val() > self.spm_bytes.val() {
+                    self.raise.next = true;
+                    self.raise_code.next = self.c_spm.val();
+                    self.raise_info.next = self.spm_first.val();
                 }
             }
             MatrixState::Check5 => {
@@ -722,18 +736,17 @@ impl Logic for Matrix {
                 self.rows_left.d.next = self.rows.q.val();
                 self.gbyte.d.next = self.w_byte.val();
                 self.gout.d.next = 0.into();
-                self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.w_len.val());
                 self.mac_count.d.next = bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(0) * self.cols.q.val())
                     + (bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(16) * self.cols.q.val()) << 16);
                 if self.w_byte.val() + self.w_len.val() > self.mem_bytes.val() {
-                    self.trap_r.d.next = true;
-                    self.trap_code_r.d.next = self.c_mem.val();
-                    self.trap_info_r.d.next = bit_cast::<64, 48>(self.w_byte.val());
+                    self.raise.next = true;
+                    self.raise_code.next = self.c_mem.val();
+                    self.raise_info.next = bit_cast::<64, 48>(self.w_byte.val());
                     if self.w_byte.val() < self.mem_bytes.val() {
-                        self.trap_info_r.d.next = bit_cast::<64, 48>(self.mem_bytes.val());
+                        self.raise_info.next = bit_cast::<64, 48>(self.mem_bytes.val());
                     }
-                    self.rd_total.d.next = self.rd_total.q.val();
-                    self.state.d.next = MatrixState::Idle;
+                } else {
+                    self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.w_len.val());
                 }
             }
             MatrixState::Group => {
@@ -840,6 +853,13 @@ impl Logic for Matrix {
                     self.state.d.next = MatrixState::Idle;
                 }
             }
+        }
+
+        if self.raise.val() {
+            self.trap_r.d.next = true;
+            self.trap_code_r.d.next = self.raise_code.val();
+            self.trap_info_r.d.next = self.raise_info.val();
+            self.state.d.next = MatrixState::Idle;
         }
 
         // ---- readout of a captured token: chunks of 32 output bytes (16 FP16 rows, or 8 FP32)
@@ -982,8 +1002,9 @@ impl Logic for Matrix {
     }
 }
 
-/// A [`Matrix`] of `config` ready to emit (its datapath is not simulated by rust-hdl).
-pub fn matrix_top(config: &OverlayConfig) -> Result<Matrix, crate::emit::EmitError> {
+/// What the matrix unit needs of a config beyond the lane's: 8..=128 lanes, a power of two (the readout's
+/// chunks of 8 lanes, the 8-bit lane select, the group's byte length as a shift).
+pub fn check_config(config: &OverlayConfig) -> Result<(), crate::emit::EmitError> {
     let lanes = config.pe_lanes;
     if !lanes.is_power_of_two() || !(8..=128).contains(&lanes) {
         return Err(crate::emit::EmitError::Unsupported {
@@ -992,6 +1013,12 @@ pub fn matrix_top(config: &OverlayConfig) -> Result<Matrix, crate::emit::EmitErr
             what: format!("pe_lanes is {lanes}; the matrix unit is built for a power of two in 8..=128"),
         });
     }
+    Ok(())
+}
+
+/// A [`Matrix`] of `config` ready to emit (its datapath is not simulated by rust-hdl).
+pub fn matrix_top(config: &OverlayConfig) -> Result<Matrix, crate::emit::EmitError> {
+    check_config(config)?;
     Ok(connect_top!(
         Matrix::new(config, dp_cores(config)?),
         clock,
