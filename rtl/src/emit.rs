@@ -92,9 +92,14 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "matrix unit: matmul sequencer (rust-hdl HDL) over the weight feeds, the PE array and the hold registers (structural datapath sized by the config), output rounding",
     ),
     (
+        "vector_unit",
+        "opu_vector_unit",
+        "vector unit: vop/rmsnorm/rope/argmax sequencer and the RED file (rust-hdl HDL) over 8 vector lanes with operand unpacking, FP16 rounding, squares and argmax (datapath Verilog)",
+    ),
+    (
         "top",
         "opu_top",
-        "the overlay so far (rust-hdl HDL): register file, controller core, DMA and matrix units, 8-bank scratchpad, one device-memory port; no vector or attention unit yet",
+        "the overlay so far (rust-hdl HDL): register file, controller core, DMA, matrix and vector units, 8-bank scratchpad, one device-memory port; no attention unit yet",
     ),
 ];
 
@@ -213,6 +218,7 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
             check_lane_config(unit, cfg)?;
             checked_verilog(&crate::matrix::matrix_top(cfg)?)?
         }
+        "vector_unit" => checked_verilog(&crate::vecunit::vecunit_top(cfg)?)?,
         "top" => {
             check_lane_config(unit, cfg)?;
             crate::top::top_verilog(cfg)?

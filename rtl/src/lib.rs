@@ -18,6 +18,8 @@
 //!   scratchpad.
 //! - [`matrix`]: the matrix unit (`matmul`): its sequencer (rust-hdl HDL), the weight feeds and the datapath
 //!   around the PE array.
+//! - [`vecunit`]: the vector unit (`vop rmsnorm rope argmax`, the reduction file `RED`): its sequencer
+//!   (rust-hdl HDL) and the datapath of 8 vector lanes.
 //! - [`spm`]: the scratchpad, 8 banks of words behind a line port at any word address.
 //! - [`top`]: the overlay so far: register file, core, DMA unit and scratchpad on one memory port.
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
@@ -53,6 +55,7 @@ pub mod spm;
 pub mod synth;
 pub mod testing;
 pub mod top;
+pub mod vecunit;
 pub mod vector;
 
 pub use emit::{emit_verilog, emit_verilog_for, EmitError, UNITS};

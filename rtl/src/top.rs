@@ -1,12 +1,13 @@
-//! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA unit
-//! and the matrix unit (`matmul`) each behind its issue queue, and the 8-bank scratchpad, on one
-//! device-memory port. It runs programs of control, scalar, DMA and `matmul` instructions; the vector and
-//! attention units are not in it yet, nor `route` and the matrix unit's `f16` format and reduction, so such
-//! an instruction is never accepted (the run stalls until the watchdog ends it).
+//! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA
+//! unit, the matrix unit (`matmul`) and the vector unit (`vop rmsnorm rope argmax`, `RED`), each behind its
+//! issue queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar,
+//! DMA, `matmul` and vector instructions; the attention unit is not in it yet, nor `route` and the matrix
+//! unit's `f16` format and reduction, so such an instruction is never accepted (the run stalls until the
+//! watchdog ends it).
 //!
-//! The DMA and matrix units exchange data through the scratchpad and device memory, so the core issues to
-//! one of them only while the other is idle with an empty queue (instructions for the same unit queue up
-//! behind each other): the interlock docs/isa.md asks for, at the granularity of units.
+//! The units exchange data through the scratchpad and device memory, so the core issues to one of them only
+//! while the others are idle with empty queues (instructions for the same unit queue up behind each other):
+//! the interlock docs/isa.md asks for, at the granularity of units.
 //!
 //! Memory port: one request per cycle (32-byte lines; reads answered in order with the request's `m_tag`
 //! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 2 for the matrix unit). The units
@@ -19,6 +20,7 @@ use crate::ctrl::queue::IssueQueue;
 use crate::dma::Dma;
 use crate::matrix::Matrix;
 use crate::spm::{Scratchpad, SPM_ROW_BITS};
+use crate::vecunit::VectorUnit;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 
@@ -55,17 +57,24 @@ pub struct Top<const R: usize> {
     dma: Dma,
     mat_q: IssueQueue,
     mat: Matrix,
+    vec_q: IssueQueue,
+    vec: VectorUnit,
     /// The scratchpad (8 banks of `2^R` words behind a line port).
     spm: Scratchpad<R>,
     dma_turn: Signal<Local, Bit>,
     mat_turn: Signal<Local, Bit>,
     dma_side_idle: Signal<Local, Bit>,
     mat_side_idle: Signal<Local, Bit>,
+    vec_side_idle: Signal<Local, Bit>,
+    /// A unit reports a trap this cycle: nothing is issued (the core stops issuing from the next cycle).
+    any_trap: Signal<Local, Bit>,
+    vscale: Constant<Bits<16>>,
 }
 
 impl<const R: usize> Top<R> {
-    /// `dp_cores`: the Verilog under the matrix unit's datapath (`matrix::dp_cores`).
-    pub fn new(config: &OverlayConfig, dp_cores: String) -> Self {
+    /// `dp_cores`, `vec_cores`: the Verilog under the matrix unit's and the vector unit's datapaths
+    /// (`matrix::dp_cores`, `vecunit::dp_cores`).
+    pub fn new(config: &OverlayConfig, dp_cores: String, vec_cores: String) -> Self {
         assert_eq!(config.scratchpad_bytes as u64, 32u64 << R, "bank rows for the scratchpad of `{}`", config.name);
         assert!(R <= SPM_ROW_BITS);
         Top {
@@ -94,11 +103,16 @@ impl<const R: usize> Top<R> {
             dma: Dma::new(config),
             mat_q: Default::default(),
             mat: Matrix::new(config, dp_cores),
+            vec_q: Default::default(),
+            vec: VectorUnit::new(config, vec_cores),
             spm: Default::default(),
             dma_turn: Default::default(),
             mat_turn: Default::default(),
             dma_side_idle: Default::default(),
             mat_side_idle: Default::default(),
+            vec_side_idle: Default::default(),
+            any_trap: Default::default(),
+            vscale: crate::ctrl::constant(u64::from(opu_hw::isa::Csr::VScale as u8) * 32),
         }
     }
 }
@@ -113,6 +127,10 @@ impl<const R: usize> Logic for Top<R> {
         self.mat_q.clock.next = self.clock.val();
         self.mat.clock.next = self.clock.val();
         self.mat.reset.next = self.reset.val();
+        self.vec_q.clock.next = self.clock.val();
+        self.vec.clock.next = self.clock.val();
+        self.vec.reset.next = self.reset.val();
+        self.vec.clear.next = self.mmio.start.val() & !self.core.busy.val();
         self.mmio.reset.next = self.reset.val();
         self.core.reset.next = self.reset.val();
         self.dma.reset.next = self.reset.val();
@@ -149,20 +167,31 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.dbg_preds.next = self.core.dbg_preds.val();
         self.mmio.dbg_csrs.next = self.core.dbg_csrs.val();
 
-        // ---- issue: bit 0 the DMA unit, bit 1 the matrix unit, each through its queue, one side at a time;
-        // the vector and attention units are not built yet (never ready)
+        // ---- issue: bit 0 the DMA unit, bit 1 the matrix unit, bit 2 the vector unit, each through its
+        // queue, one side at a time; the attention unit is not built yet (never ready)
         self.dma_side_idle.next = self.dma_q.empty.val() & self.dma.idle.val();
         self.mat_side_idle.next = self.mat_q.empty.val() & self.mat.idle.val();
-        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val();
+        self.vec_side_idle.next = self.vec_q.empty.val() & self.vec.idle.val();
+        self.any_trap.next = self.dma.trap_valid.val() | self.mat.trap_valid.val() | self.vec.trap_valid.val();
+        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val();
         self.dma_q.push_word.next = self.core.iss_word.val();
         self.dma_q.push_pc.next = self.core.iss_pc.val();
         self.dma_q.push_reg.next = self.core.iss_reg.val();
-        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.dma_side_idle.val();
+        self.dma_q.push_aux.next = 0.into();
+        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.dma_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val();
         self.mat_q.push_word.next = self.core.iss_word.val();
         self.mat_q.push_pc.next = self.core.iss_pc.val();
         self.mat_q.push_reg.next = self.core.iss_reg.val();
-        self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val()).into())
-            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.dma_side_idle.val()).into()) << 1);
+        self.mat_q.push_aux.next = 0.into();
+        self.vec_q.push.next = self.core.iss_valid.val().get_bit(2) & self.dma_side_idle.val() & self.mat_side_idle.val() & !self.any_trap.val();
+        self.vec_q.push_word.next = self.core.iss_word.val();
+        self.vec_q.push_pc.next = self.core.iss_pc.val();
+        self.vec_q.push_reg.next = self.core.iss_reg.val();
+        // the vector unit reads the `vscale` CSR (the core's snapshot at issue)
+        self.vec_q.push_aux.next = bit_cast::<128, 32>(self.core.iss_csr.val().get_bits::<32>(self.vscale.val().index()));
+        self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val()).into())
+            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.dma_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val()).into()) << 1)
+            | (bit_cast::<4, 1>((self.vec_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & !self.any_trap.val()).into()) << 2);
         // a unit takes the head when idle; after its trap the queued instructions are dropped
         self.dma.iss_valid.next = self.dma_q.pop_valid.val() & !self.dma.trap_valid.val();
         self.dma.iss_word.next = self.dma_q.pop_word.val();
@@ -175,12 +204,19 @@ impl<const R: usize> Logic for Top<R> {
         self.mat.iss_pc.next = self.mat_q.pop_pc.val();
         self.mat_q.pop.next = self.mat.iss_ready.val() & self.mat_q.pop_valid.val() & !self.mat.trap_valid.val();
         self.mat_q.flush.next = self.core.flush.val() | self.mat.trap_valid.val();
-        self.core.units_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val();
-        self.core.progress.next = self.dma.progress.val() | self.mat.progress.val();
+        self.vec.iss_valid.next = self.vec_q.pop_valid.val() & !self.vec.trap_valid.val();
+        self.vec.iss_word.next = self.vec_q.pop_word.val();
+        self.vec.iss_pc.next = self.vec_q.pop_pc.val();
+        self.vec.iss_aux.next = self.vec_q.pop_aux.val();
+        self.vec_q.pop.next = self.vec.iss_ready.val() & self.vec_q.pop_valid.val() & !self.vec.trap_valid.val();
+        self.vec_q.flush.next = self.core.flush.val() | self.vec.trap_valid.val();
+        self.core.units_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val();
+        self.core.progress.next = self.dma.progress.val() | self.mat.progress.val() | self.vec.progress.val();
         self.dma.flush.next = self.core.flush.val();
         self.mat.flush.next = self.core.flush.val();
+        self.vec.flush.next = self.core.flush.val();
         // one side runs at a time, so at most one unit traps
-        self.core.utrap_valid.next = self.dma.trap_valid.val() | self.mat.trap_valid.val();
+        self.core.utrap_valid.next = self.any_trap.val();
         self.core.utrap_code.next = self.dma.trap_code.val();
         self.core.utrap_pc.next = self.dma.trap_pc.val();
         self.core.utrap_info.next = self.dma.trap_info.val();
@@ -189,9 +225,14 @@ impl<const R: usize> Logic for Top<R> {
             self.core.utrap_pc.next = self.mat.trap_pc.val();
             self.core.utrap_info.next = self.mat.trap_info.val();
         }
-        self.core.rwb_valid.next = false;
-        self.core.rwb_idx.next = 0.into();
-        self.core.rwb_data.next = 0.into();
+        if self.vec.trap_valid.val() {
+            self.core.utrap_code.next = self.vec.trap_code.val();
+            self.core.utrap_pc.next = self.vec.trap_pc.val();
+            self.core.utrap_info.next = self.vec.trap_info.val();
+        }
+        self.core.rwb_valid.next = self.vec.rwb_valid.val();
+        self.core.rwb_idx.next = self.vec.rwb_idx.val();
+        self.core.rwb_data.next = self.vec.rwb_data.val();
         self.core.pwb_valid.next = false;
         self.core.pwb_idx.next = 0.into();
         self.core.pwb_data.next = false;
@@ -223,8 +264,8 @@ impl<const R: usize> Logic for Top<R> {
         self.mat.m_rdata.next = self.m_rdata.val();
         self.core.f_data.next = self.m_rdata.val();
 
-        // ---- the scratchpad: the DMA unit's line port or, while it runs, the matrix unit's; ldr reads when
-        // both are idle (the word at its address is word 0 of the line the next cycle)
+        // ---- the scratchpad: the DMA unit's line port or, while it runs, the matrix unit's or the vector
+        // unit's; ldr reads when all are idle (the word at its address is word 0 of the line the next cycle)
         self.spm.clock.next = self.clock.val();
         self.spm.we.next = self.dma.s_we.val();
         self.spm.waddr.next = self.dma.s_waddr.val();
@@ -236,11 +277,18 @@ impl<const R: usize> Logic for Top<R> {
             self.spm.wdata.next = self.mat.s_wdata.val();
             self.spm.raddr.next = self.mat.s_raddr.val();
         }
-        if self.dma.idle.val() & self.mat.idle.val() {
+        if !self.vec.idle.val() {
+            self.spm.we.next = self.vec.s_we.val();
+            self.spm.waddr.next = self.vec.s_waddr.val();
+            self.spm.wdata.next = self.vec.s_wdata.val();
+            self.spm.raddr.next = self.vec.s_raddr.val();
+        }
+        if self.dma.idle.val() & self.mat.idle.val() & self.vec.idle.val() {
             self.spm.raddr.next = self.core.spm_addr.val();
         }
         self.dma.s_rdata.next = self.spm.rdata.val();
         self.mat.s_rdata.next = self.spm.rdata.val();
+        self.vec.s_rdata.next = self.spm.rdata.val();
         self.core.spm_data.next = self.spm.rdata.val().get_bits::<32>(0);
     }
 }
@@ -248,7 +296,7 @@ impl<const R: usize> Logic for Top<R> {
 /// The top of `config` (its scratchpad sets the bank depth), ready to simulate or emit.
 pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
     fn build<const R: usize>(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
-        let mut t = Top::<R>::new(config, crate::matrix::dp_cores(config)?);
+        let mut t = Top::<R>::new(config, crate::matrix::dp_cores(config)?, crate::vecunit::dp_cores()?);
         t.clock.connect();
         t.reset.connect();
         t.mmio_addr.connect();

@@ -41,3 +41,12 @@ fn matrix_unit_verilog_lints_clean_for_both_presets() {
         common::lint_with(top_name("matrix").unwrap(), &v, &["-Wno-UNOPTFLAT"]);
     }
 }
+
+#[test]
+fn vector_unit_verilog_lints_clean() {
+    let v = emit_verilog_for("vector_unit", &OverlayConfig::sim()).unwrap();
+    assert!(v.contains("module opu_vector_unit(") && v.contains("module opu_vector_dp(") && v.contains("module opu_vector("));
+    // eight lanes, one scratchpad line of FP32 values per cycle
+    assert!(v.contains(&format!("g < {}", opu_rtl::vecunit::VEC_LANES)) && opu_rtl::vecunit::VEC_LANES == 8);
+    common::lint_with(top_name("vector_unit").unwrap(), &v, &["-Wno-UNOPTFLAT"]);
+}

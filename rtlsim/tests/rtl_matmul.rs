@@ -8,60 +8,15 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::models_or_skip;
-use opu_hw::device::{Device, DeviceError};
-use opu_hw::isa::{assemble, encode_program};
+use common::{compare_with_func, models_or_skip, WINDOW};
 use opu_hw::numerics::{WeightFormat, BLOCK};
-use opu_hw::regs::{self, ErrorCode};
-use opu_hw::OverlayConfig;
 use opu_rtl::testing::{act_block, weight_block, ActKind, Rng};
-use opu_rtlsim::RtlSim;
-use opu_sim::FuncSim;
-
-const CODE: u64 = 0x10_0000;
-const WINDOW: usize = 1 << 16;
 /// Where the tests put the activations, the weights and the old outputs in device memory.
 const ACTS: u64 = 0x100;
 const WEIGHTS: u64 = 0x2000;
 const OLD: u64 = 0x8000;
 const OUT: u64 = 0xC000;
 
-#[derive(Debug, PartialEq)]
-struct State {
-    result: Result<(), (ErrorCode, u32, u64)>,
-    mem: Vec<u8>,
-    regs: Vec<u32>,
-    counters: Vec<u64>,
-}
-
-fn run(who: &str, dev: &mut dyn Device, code: &[u8], data: &[u8]) -> (State, u64) {
-    dev.mem_write(0, data).unwrap();
-    dev.mem_write(CODE, code).unwrap();
-    dev.mmio_write(regs::PROG_BASE_LO, CODE as u32).unwrap();
-    dev.mmio_write(regs::PROG_BASE_HI, 0).unwrap();
-    dev.mmio_write(regs::PROG_LEN, (code.len() / 16) as u32).unwrap();
-    dev.mmio_write(regs::DOORBELL, 1).unwrap();
-    let (result, cycles) = match dev.wait_done(Duration::from_secs(120)) {
-        Ok(c) => (Ok(()), c.cycles),
-        Err(DeviceError::Trap { code, pc }) => (Err((code, pc, dev.mmio_read64(regs::ERROR_INFO_LO).unwrap())), 0),
-        Err(e) => panic!("{who}: {e}"),
-    };
-    let mut mem = vec![0u8; WINDOW];
-    dev.mem_read(0, &mut mem).unwrap();
-    let ok = result.is_ok();
-    let regs_seen: Vec<u32> = if ok { (0..16).map(|i| dev.mmio_read(regs::DBG_R0 + 4 * i).unwrap()).collect() } else { Vec::new() };
-    let counters = if ok {
-        [regs::INSTRET_LO, regs::BYTES_READ_LO, regs::BYTES_WRITTEN_LO, regs::MACS_LO]
-            .iter()
-            .map(|&r| dev.mmio_read64(r).unwrap())
-            .collect()
-    } else {
-        Vec::new()
-    };
-    (State { result, mem, regs: regs_seen, counters }, cycles)
-}
 
 /// One `matmul` case: the shape, and what the program around it does.
 #[derive(Clone, Copy, Debug)]
@@ -136,27 +91,6 @@ impl Case {
     }
 }
 
-/// Runs `text` on both simulators over `data`; returns the RTL's cycles.
-fn compare(text: &str, data: &[u8]) -> u64 {
-    let config = OverlayConfig::sim();
-    let code = encode_program(&assemble(text).unwrap_or_else(|e| panic!("{e}\n{text}"))).unwrap();
-    let mut func = FuncSim::new(&config);
-    let mut rtl = RtlSim::new(&config).unwrap();
-    let (want, _) = run("functional simulator", &mut func, &code, data);
-    let (got, cycles) = run("RTL", &mut rtl, &code, data);
-    assert_eq!(got.result, want.result, "outcome\n{text}");
-    if let Some(i) = got.mem.iter().zip(&want.mem).position(|(a, b)| a != b) {
-        let lo = i & !15;
-        panic!(
-            "device memory byte {i:#x}: RTL {:02x?} functional {:02x?} (16 bytes from {lo:#x})\n{text}",
-            &got.mem[lo..lo + 16],
-            &want.mem[lo..lo + 16]
-        );
-    }
-    assert_eq!(got.regs, want.regs, "registers\n{text}");
-    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS\n{text}");
-    cycles
-}
 
 #[test]
 fn matmul_equals_the_functional_simulator() {
@@ -189,7 +123,7 @@ fn matmul_equals_the_functional_simulator() {
         .collect();
     for case in cases.into_iter().chain(random) {
         let text = case.program();
-        let cycles = compare(&text, &case.data(&mut rng));
+        let cycles = compare_with_func(&text, &case.data(&mut rng));
         let macs = case.ntok * case.rows * case.cols;
         eprintln!("{case:?}: {cycles} cycles, {macs} MACs, {} weight bytes", case.rows as usize * case.row_bytes());
     }
@@ -213,7 +147,7 @@ fn matmul_traps_equal_the_functional_simulator() {
         ("weights past device memory", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1FFFFFF"),
     ] {
         let text = format!("seti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
-        compare(&text, &data);
+        compare_with_func(&text, &data);
         eprintln!("trap equal: {what}");
     }
 }

@@ -147,7 +147,7 @@ fn rope_in_both_styles_with_one_table_row_per_token() {
     let mut r = rng(13);
     for neox in [false, true] {
         let mut sim = sim();
-        let (rows, heads, hd) = (2usize, 3usize, 8usize);
+        let (rows, heads, hd) = (2usize, 3usize, 16usize);
         let x: Vec<u16> = small_f16s(&mut r, rows * heads * hd, 2.0);
         spm_put(&mut sim, 0, &f16_bytes(&x));
         // Table rows of positions 5 and 6.
@@ -177,10 +177,13 @@ fn rope_in_both_styles_with_one_table_row_per_token() {
             }
         }
     }
-    // An odd head_dim has no pairs.
-    let mut sim = sim();
-    let res = run(&mut sim, "rope style=normal heads=1 head_dim=7 rows=1 dst=0x200 src=0 table=0x100\nend", &[]);
-    expect_trap(&mut sim, res, ErrorCode::BadOperand, 0, 0);
+    // head_dim must be a multiple of 16 (odd ones have no pairs; the hardware reads a head's halves as
+    // whole words).
+    for hd in [7, 8, 24] {
+        let mut sim = sim();
+        let res = run(&mut sim, &format!("rope style=normal heads=1 head_dim={hd} rows=1 dst=0x200 src=0 table=0x100\nend"), &[]);
+        expect_trap(&mut sim, res, ErrorCode::BadOperand, 0, 0);
+    }
 }
 
 #[test]

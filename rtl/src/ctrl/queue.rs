@@ -1,5 +1,5 @@
-//! The issue queue in front of a unit (rust-hdl HDL): the core pushes an instruction (its word, pc and
-//! register operand) as soon as the queue has room, and the unit pops it when it is ready for the next one,
+//! The issue queue in front of a unit (rust-hdl HDL): the core pushes an instruction (its word, pc,
+//! register operand and an auxiliary operand: the CSRs the unit reads) as soon as the queue has room, and the unit pops it when it is ready for the next one,
 //! so the core runs ahead of a busy unit (its scalar work, and issue to the other units, go on). First in,
 //! first out; `flush` empties it (the watchdog, SOFT_RESET, and the unit's own trap: what follows a trapping
 //! instruction is dropped).
@@ -8,8 +8,8 @@ use rust_hdl::prelude::*;
 
 /// Entries of a queue.
 pub const QUEUE_DEPTH: usize = 4;
-/// An entry: word (bits 0..128), pc (128..160), register operand (160..192).
-pub const ENTRY_BITS: usize = 192;
+/// An entry: word (bits 0..128), pc (128..160), register operand (160..192), auxiliary operand (192..320).
+pub const ENTRY_BITS: usize = 320;
 
 #[derive(LogicBlock, Default)]
 pub struct IssueQueue {
@@ -21,12 +21,14 @@ pub struct IssueQueue {
     pub push_word: Signal<In, Bits<128>>,
     pub push_pc: Signal<In, Bits<32>>,
     pub push_reg: Signal<In, Bits<32>>,
+    pub push_aux: Signal<In, Bits<128>>,
     // pop side (the unit): `pop_valid` with the head entry; `pop` takes it
     pub pop_valid: Signal<Out, Bit>,
     pub pop: Signal<In, Bit>,
     pub pop_word: Signal<Out, Bits<128>>,
     pub pop_pc: Signal<Out, Bits<32>>,
     pub pop_reg: Signal<Out, Bits<32>>,
+    pub pop_aux: Signal<Out, Bits<128>>,
     /// No entry held.
     pub empty: Signal<Out, Bit>,
 
@@ -63,9 +65,11 @@ impl Logic for IssueQueue {
         self.pop_word.next = self.head_entry.val().get_bits::<128>(0);
         self.pop_pc.next = self.head_entry.val().get_bits::<32>(128);
         self.pop_reg.next = self.head_entry.val().get_bits::<32>(160);
+        self.pop_aux.next = self.head_entry.val().get_bits::<128>(192);
         self.entry_in.next = bit_cast::<ENTRY_BITS, 128>(self.push_word.val())
             | (bit_cast::<ENTRY_BITS, 32>(self.push_pc.val()) << 128)
-            | (bit_cast::<ENTRY_BITS, 32>(self.push_reg.val()) << 160);
+            | (bit_cast::<ENTRY_BITS, 32>(self.push_reg.val()) << 160)
+            | (bit_cast::<ENTRY_BITS, 128>(self.push_aux.val()) << 192);
         self.do_push.next = self.push.val() & (self.count.q.val() < 4);
         self.do_pop.next = self.pop.val() & (self.count.q.val() != 0);
         self.tail.next = self.head.q.val() + bit_cast::<2, 3>(self.count.q.val());
@@ -93,4 +97,4 @@ impl Logic for IssueQueue {
     }
 }
 
-const _: () = assert!(QUEUE_DEPTH == 4 && ENTRY_BITS == 128 + 32 + 32);
+const _: () = assert!(QUEUE_DEPTH == 4 && ENTRY_BITS == 128 + 32 + 32 + 128);

@@ -76,7 +76,9 @@ impl Machine {
         let dst_s = Span::vectors(word(dst), nr, nn, dd.bytes() as u128);
         let src_s = Span::vectors(word(src), nr, nn, ds.bytes() as u128);
         let g_s = Span::new(word(g), 4 * nn);
-        check_elementwise(&dst_s, &[src_s, g_s])?;
+        // The gains are read again for every row: they must not overlap the destination at all.
+        check_elementwise(&dst_s, &[src_s])?;
+        require(!g_s.overlaps(&dst_s))?;
         let dst_r = self.spm_range(dst_s)?;
         let src_r = self.spm_range(src_s)?;
         let g_r = self.spm_range(g_s)?;
@@ -108,14 +110,16 @@ impl Machine {
         src: u32,
         table: u32,
     ) -> Result<(), Trap> {
-        require(heads > 0 && head_dim > 0 && rows > 0 && head_dim.is_multiple_of(2))?;
+        require(heads > 0 && head_dim > 0 && rows > 0 && head_dim.is_multiple_of(16))?;
         let (nr, hd) = (u128::from(rows), u128::from(head_dim));
         let elems = u128::from(heads) * hd;
         let dst_s = Span::vectors(word(dst), nr, elems, 2);
         let src_s = Span::vectors(word(src), nr, elems, 2);
         // Row j's table: head_dim / 2 FP32 pairs (cos, sin) at j x head_dim / 2 x 8 bytes.
         let table_s = Span::new(word(table), nr * hd / 2 * 8);
-        check_elementwise(&dst_s, &[src_s, table_s])?;
+        // A table row is read again for every head: it must not overlap the destination at all.
+        check_elementwise(&dst_s, &[src_s])?;
+        require(!table_s.overlaps(&dst_s))?;
         let dst_r = self.spm_range(dst_s)?;
         let src_r = self.spm_range(src_s)?;
         let table_r = self.spm_range(table_s)?;

@@ -1,0 +1,396 @@
+//! The vector unit's datapath: [`VEC_LANES`] vector lanes (`opu_vector`, [`crate::vector`]) with the
+//! operand unpacking in front of them and the store side behind them, one scratchpad line per cycle.
+//!
+//! Stage 0 unpacks each operand bus into one FP32 value per lane ([`VectorDatapath`]'s `i_amode`,
+//! `i_bmode`, `i_cdmode`): FP32 words, FP16 halves (`opu_hw::numerics::fp16::f16_to_f32`, exact), the low or
+//! high halves of words (RoPE's `normal` pairs), a broadcast word, a broadcast 16-bit integer (RMSNorm's
+//! `n`), or interleaved `(cos, sin)` pairs from two lines (a RoPE table). The lanes take the values, and the
+//! store side rounds each result to FP16 (`f32_to_f16`: nearest even, subnormals, overflow to infinity,
+//! canonical NaN) and canonicalizes it as FP32 (`canon_f32`), then squares the values as stored onto the
+//! accumulator grid (`vector::accumulate_square`) and sums the lanes' squares. `argmax` compares the
+//! unpacked values of stage 0 (`vector::argmax`: NaN never chosen, ties to the lower lane).
+//!
+//! Everything the sequencer hands in with a chunk (`i_meta`, the lane mask, the argmax of the chunk) comes
+//! out with the chunk's results [`dp_latency`] edges later; `i_valid` marks chunks. Verilog (custom), like the
+//! lanes: these are bit-level FP16/FP32 conversions and a 24 x 24 multiply per lane, which rust-hdl's HDL
+//! cannot write (no loops, no multiply wider than 16 bits).
+
+use crate::lane::{ModelState, ACC_BITS};
+use rust_hdl::prelude::*;
+
+/// Lanes of the vector unit: one scratchpad line of FP32 values per cycle.
+pub const VEC_LANES: usize = 8;
+
+/// Edges from a chunk's inputs to its outputs: inputs sampled at edge `t` come out after edge
+/// `t + dp_latency()` (the unpack register, the lane, rounding, squares, the sum).
+pub fn dp_latency() -> usize {
+    crate::vector::vector_latency() + 3
+}
+
+/// The conversions and the square term, as Verilog functions (names `vx_*`).
+pub const VX_FUNCTIONS: &str = "\
+// FP16 -> FP32, exact (NaN keeps its payload, quieted)
+function automatic [31:0] vx_h2f(input [15:0] h);
+   reg [23:0] sh;
+   integer k, p;
+   begin
+      p = 0;
+      for (k = 0; k < 10; k = k + 1) if (h[k]) p = k;
+      sh = {14'd0, h[9:0]} << (23 - p);
+      if (h[14:10] == 5'd31) vx_h2f = {h[15], 8'hFF, (h[9:0] != 10'd0), h[8:0], 13'd0};
+      else if (h[14:10] != 5'd0) vx_h2f = {h[15], 3'd0, h[14:10] + 5'd0, h[9:0], 13'd0} + 32'h38000000;
+      else if (h[9:0] == 10'd0) vx_h2f = {h[15], 31'd0};
+      else vx_h2f = {h[15], 8'd103 + p[7:0], sh[22:0]};
+   end
+endfunction
+// a 16-bit unsigned integer -> FP32 (exact)
+function automatic [31:0] vx_u2f(input [15:0] u);
+   reg [23:0] sh;
+   integer k, p;
+   begin
+      p = 0;
+      for (k = 0; k < 16; k = k + 1) if (u[k]) p = k;
+      sh = {8'd0, u} << (23 - p);
+      vx_u2f = (u == 16'd0) ? 32'd0 : {1'b0, 8'd127 + p[7:0], sh[22:0]};
+   end
+endfunction
+// FP32 -> FP16, round to nearest even, overflow to infinity, subnormals, NaN = 7E00
+function automatic [15:0] vx_f2h(input [31:0] x);
+   reg [7:0] e;
+   reg [23:0] sig;
+   reg [23:0] rem;
+   reg [23:0] hf;
+   reg [14:0] base;
+   reg [4:0] s;
+   reg up;
+   begin
+      e = x[30:23];
+      sig = {1'b1, x[22:0]};
+      s = 5'd0;
+      if (e == 8'hFF) vx_f2h = (x[22:0] != 23'd0) ? 16'h7E00 : {x[31], 15'h7C00};
+      else if (e > 8'd142) vx_f2h = {x[31], 15'h7C00};
+      else if (e >= 8'd113) begin
+         base = {e[4:0] - 5'd16, x[22:13]};
+         up = x[12] && ((x[11:0] != 12'd0) || x[13]);
+         vx_f2h = {x[31], base + {14'd0, up}};
+      end else if (e >= 8'd102) begin
+         s = 5'd30 - e[4:0];
+         base = sig[23:0] >> s;
+         rem = sig & ((24'd1 << s) - 24'd1);
+         hf = 24'd1 << (s - 5'd1);
+         up = (rem > hf) || ((rem == hf) && base[0]);
+         vx_f2h = {x[31], base + {14'd0, up}};
+      end else vx_f2h = {x[31], 15'd0};
+   end
+endfunction
+function automatic vx_isnan(input [31:0] x);
+   vx_isnan = (x[30:23] == 8'hFF) && (x[22:0] != 23'd0);
+endfunction
+function automatic [31:0] vx_canon(input [31:0] x);
+   vx_canon = vx_isnan(x) ? 32'h7FC00000 : x;
+endfunction
+// argmax order of a non-NaN value: -0 as +0, then the sign-magnitude bits made unsigned-monotonic
+function automatic [31:0] vx_key(input [31:0] x);
+   reg [31:0] z;
+   begin
+      z = (x[30:0] == 31'd0) ? 32'd0 : x;
+      vx_key = z[31] ? ~z : {1'b1, z[30:0]};
+   end
+endfunction
+// {nf, term}: the square of x on the accumulator's 2^-32 grid, floored (WideAcc::add_scaled of
+// accumulate_square): sig^2 * 2^(2 exp + 32) with x = sig * 2^exp; past 2^78 units, or infinite or NaN: nf
+function automatic [96:0] vx_sq(input [31:0] x);
+   reg [23:0] sig;
+   reg [47:0] sq;
+   integer sh, b, k;
+   begin
+      sig = {(x[30:23] != 8'd0), x[22:0]};
+      sq = sig * sig;
+      sh = 2 * $signed({24'd0, (x[30:23] == 8'd0) ? 8'd1 : x[30:23]}) - 268;
+      b = 0;
+      for (k = 0; k < 48; k = k + 1) if (sq[k]) b = k + 1;
+      if (x[30:23] == 8'hFF) vx_sq = {1'b1, 96'd0};
+      else if (b + sh > 78) vx_sq = {1'b1, 96'd0};
+      else if (sh >= 0) vx_sq = {1'b0, {48'd0, sq} << sh};
+      else vx_sq = {1'b0, {48'd0, sq} >> (-sh)};
+   end
+endfunction
+";
+
+/// The Verilog of `opu_vector_dp` (it instantiates `opu_vector`, emitted separately).
+pub fn dp_verilog() -> String {
+    let l = crate::vector::vector_latency();
+    assert!((2..=256).contains(&l));
+    let n = VEC_LANES;
+    format!(
+        "\
+// vector unit datapath: {n} vector lanes, operand unpacking, FP16 rounding, squares, argmax ({lat} edges)
+module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i_bmode, i_cdmode, i_mask, i_meta,
+    dd16, o_valid, o_f32, o_h0, o_h1, o_pairs, o_sq, o_sqnf, o_am_found, o_am_idx, o_am_key, o_meta);
+    input wire clock;
+    input wire reset;
+    input wire i_valid;
+    input wire [3:0] i_op;
+    input wire [255:0] i_a;
+    input wire [255:0] i_b;
+    input wire [255:0] i_c;
+    input wire [255:0] i_d;
+    input wire [1:0] i_amode;
+    input wire [2:0] i_bmode;
+    input wire [1:0] i_cdmode;
+    input wire [7:0] i_mask;
+    input wire [63:0] i_meta;
+    input wire dd16;
+    output reg o_valid;
+    output reg [255:0] o_f32;
+    output reg [127:0] o_h0;
+    output reg [127:0] o_h1;
+    output wire [255:0] o_pairs;
+    output reg [95:0] o_sq;
+    output reg o_sqnf;
+    output reg o_am_found;
+    output reg [2:0] o_am_idx;
+    output reg [31:0] o_am_key;
+    output reg [63:0] o_meta;
+{VX_FUNCTIONS}
+    // ---- stage 0: one FP32 operand per lane
+    reg [255:0] ua, ub, uc, ud;
+    reg [3:0] op0;
+    reg v0;
+    reg [7:0] m0;
+    reg [63:0] meta0;
+    wire [511:0] cd = {{i_d, i_c}};
+    integer i;
+    always @(posedge clock) begin
+        v0 <= reset ? 1'b0 : i_valid;
+        op0 <= i_op;
+        m0 <= i_mask;
+        meta0 <= i_meta;
+        for (i = 0; i < {n}; i = i + 1) begin
+            case (i_amode)
+                2'd0: ua[32 * i +: 32] <= i_a[32 * i +: 32];
+                2'd1: ua[32 * i +: 32] <= vx_h2f(i_a[16 * i +: 16]);
+                2'd2: ua[32 * i +: 32] <= vx_h2f(i_a[32 * i +: 16]);
+                default: ua[32 * i +: 32] <= i_a[31:0];
+            endcase
+            case (i_bmode)
+                3'd0: ub[32 * i +: 32] <= i_b[32 * i +: 32];
+                3'd1: ub[32 * i +: 32] <= vx_h2f(i_b[16 * i +: 16]);
+                3'd2: ub[32 * i +: 32] <= vx_h2f(i_b[32 * i + 16 +: 16]);
+                3'd3: ub[32 * i +: 32] <= i_b[31:0];
+                default: ub[32 * i +: 32] <= vx_u2f(i_b[15:0]);
+            endcase
+            case (i_cdmode)
+                2'd1: begin
+                    uc[32 * i +: 32] <= cd[64 * i +: 32];
+                    ud[32 * i +: 32] <= cd[64 * i + 32 +: 32];
+                end
+                2'd2: begin
+                    uc[32 * i +: 32] <= i_c[31:0];
+                    ud[32 * i +: 32] <= 32'd0;
+                end
+                default: begin
+                    uc[32 * i +: 32] <= i_c[32 * i +: 32];
+                    ud[32 * i +: 32] <= 32'd0;
+                end
+            endcase
+        end
+    end
+    // argmax of the chunk's valid lanes (stage 0's values, as `a`)
+    reg am_f;
+    reg [2:0] am_i;
+    reg [31:0] am_k;
+    integer j;
+    always @* begin
+        am_f = 1'b0;
+        am_i = 3'd0;
+        am_k = 32'd0;
+        for (j = 0; j < {n}; j = j + 1)
+            if (m0[j] && !vx_isnan(ua[32 * j +: 32]) && (!am_f || (vx_key(ua[32 * j +: 32]) > am_k))) begin
+                am_f = 1'b1;
+                am_i = j[2:0];
+                am_k = vx_key(ua[32 * j +: 32]);
+            end
+    end
+    // ---- the lanes ({l} edges), and what travels beside them
+    wire [255:0] y0, y1;
+    genvar g;
+    generate
+        for (g = 0; g < {n}; g = g + 1) begin : lane
+            opu_vector vl(.clock(clock), .op(op0), .a(ua[32 * g +: 32]), .b(ub[32 * g +: 32]), .c(uc[32 * g +: 32]),
+                .d(ud[32 * g +: 32]), .y0(y0[32 * g +: 32]), .y1(y1[32 * g +: 32]));
+        end
+    endgenerate
+    // a ring of {l} entries: the entry written at an edge is read {lm1} edges later, beside the lane's result
+    reg [107:0] side [0:{lm1}];
+    reg [7:0] wp;
+    reg [{lm1}:0] sv;
+    wire [107:0] side_out = side[wp];
+    always @(posedge clock) begin
+        side[wp] <= {{am_k, am_i, am_f, m0, meta0}};
+        wp <= (reset || wp == 8'd{lm1}) ? 8'd0 : wp + 8'd1;
+        sv <= reset ? {l}'d0 : {{sv[{lm2}:0], v0}};
+    end
+    // ---- store side: FP16 rounding and FP32 canonical (1), the squares of the values as stored (2), their
+    // sum over the valid lanes (3)
+    reg v1, v2;
+    reg [107:0] side1, side2;
+    reg [255:0] f1, f2;
+    reg [127:0] h01, h02, h11, h12;
+    reg [{sqb}:0] sq2;
+    integer t;
+    always @(posedge clock) begin
+        v1 <= reset ? 1'b0 : sv[{lm1}];
+        side1 <= side_out;
+        for (t = 0; t < {n}; t = t + 1) begin
+            f1[32 * t +: 32] <= vx_canon(y0[32 * t +: 32]);
+            h01[16 * t +: 16] <= vx_f2h(y0[32 * t +: 32]);
+            h11[16 * t +: 16] <= vx_f2h(y1[32 * t +: 32]);
+        end
+        v2 <= reset ? 1'b0 : v1;
+        side2 <= side1;
+        f2 <= f1;
+        h02 <= h01;
+        h12 <= h11;
+        for (t = 0; t < {n}; t = t + 1)
+            sq2[97 * t +: 97] <= side1[64 + t] ? vx_sq(dd16 ? vx_h2f(h01[16 * t +: 16]) : f1[32 * t +: 32]) : 97'd0;
+    end
+    reg [95:0] sum;
+    reg snf;
+    integer u;
+    always @* begin
+        sum = 96'd0;
+        snf = 1'b0;
+        for (u = 0; u < {n}; u = u + 1) begin
+            sum = sum + sq2[97 * u +: 96];
+            snf = snf | sq2[97 * u + 96];
+        end
+    end
+    always @(posedge clock) begin
+        o_valid <= reset ? 1'b0 : v2;
+        o_meta <= side2[63:0];
+        o_am_found <= side2[72];
+        o_am_idx <= side2[75:73];
+        o_am_key <= side2[107:76];
+        o_f32 <= f2;
+        o_h0 <= h02;
+        o_h1 <= h12;
+        o_sq <= sum;
+        o_sqnf <= snf;
+    end
+    genvar q;
+    generate
+        for (q = 0; q < {n}; q = q + 1) begin : pair
+            assign o_pairs[32 * q +: 32] = {{o_h1[16 * q +: 16], o_h0[16 * q +: 16]}};
+        end
+    endgenerate
+endmodule // opu_vector_dp
+",
+        lat = dp_latency(),
+        lm1 = l - 1,
+        lm2 = l - 2,
+        sqb = 97 * n - 1,
+    )
+}
+
+/// The datapath as a rust-hdl block of fixed width (its Verilog instantiates `opu_vector_dp` and carries the
+/// lanes). Not simulated by rust-hdl: the vector unit is tested under Verilator against the functional
+/// simulator.
+#[derive(LogicBlock)]
+pub struct VectorDatapath {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+    pub i_valid: Signal<In, Bit>,
+    pub i_op: Signal<In, Bits<4>>,
+    pub i_a: Signal<In, Bits<256>>,
+    pub i_b: Signal<In, Bits<256>>,
+    pub i_c: Signal<In, Bits<256>>,
+    pub i_d: Signal<In, Bits<256>>,
+    pub i_amode: Signal<In, Bits<2>>,
+    pub i_bmode: Signal<In, Bits<3>>,
+    pub i_cdmode: Signal<In, Bits<2>>,
+    pub i_mask: Signal<In, Bits<8>>,
+    pub i_meta: Signal<In, Bits<64>>,
+    pub dd16: Signal<In, Bit>,
+    pub o_valid: Signal<Out, Bit>,
+    pub o_f32: Signal<Out, Bits<256>>,
+    pub o_h0: Signal<Out, Bits<128>>,
+    pub o_h1: Signal<Out, Bits<128>>,
+    pub o_pairs: Signal<Out, Bits<256>>,
+    pub o_sq: Signal<Out, Bits<ACC_BITS>>,
+    pub o_sqnf: Signal<Out, Bit>,
+    pub o_am_found: Signal<Out, Bit>,
+    pub o_am_idx: Signal<Out, Bits<3>>,
+    pub o_am_key: Signal<Out, Bits<32>>,
+    pub o_meta: Signal<Out, Bits<64>>,
+    cores: ModelState<String>,
+}
+
+impl VectorDatapath {
+    /// `cores`: the Verilog of `opu_vector` (the lane) and of `opu_vector_dp`.
+    pub fn new(cores: String) -> Self {
+        VectorDatapath {
+            clock: Default::default(),
+            reset: Default::default(),
+            i_valid: Default::default(),
+            i_op: Default::default(),
+            i_a: Default::default(),
+            i_b: Default::default(),
+            i_c: Default::default(),
+            i_d: Default::default(),
+            i_amode: Default::default(),
+            i_bmode: Default::default(),
+            i_cdmode: Default::default(),
+            i_mask: Default::default(),
+            i_meta: Default::default(),
+            dd16: Default::default(),
+            o_valid: Default::default(),
+            o_f32: Default::default(),
+            o_h0: Default::default(),
+            o_h1: Default::default(),
+            o_pairs: Default::default(),
+            o_sq: Default::default(),
+            o_sqnf: Default::default(),
+            o_am_found: Default::default(),
+            o_am_idx: Default::default(),
+            o_am_key: Default::default(),
+            o_meta: Default::default(),
+            cores: ModelState(cores),
+        }
+    }
+}
+
+impl Logic for VectorDatapath {
+    fn update(&mut self) {}
+    fn connect(&mut self) {
+        self.o_valid.connect();
+        self.o_f32.connect();
+        self.o_h0.connect();
+        self.o_h1.connect();
+        self.o_pairs.connect();
+        self.o_sq.connect();
+        self.o_sqnf.connect();
+        self.o_am_found.connect();
+        self.o_am_idx.connect();
+        self.o_am_key.connect();
+        self.o_meta.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Wrapper(Wrapper {
+            code: "\
+opu_vector_dp dp(.clock(clock), .reset(reset), .i_valid(i_valid), .i_op(i_op), .i_a(i_a), .i_b(i_b), .i_c(i_c),
+    .i_d(i_d), .i_amode(i_amode), .i_bmode(i_bmode), .i_cdmode(i_cdmode), .i_mask(i_mask), .i_meta(i_meta),
+    .dd16(dd16), .o_valid(o_valid), .o_f32(o_f32), .o_h0(o_h0), .o_h1(o_h1), .o_pairs(o_pairs), .o_sq(o_sq),
+    .o_sqnf(o_sqnf), .o_am_found(o_am_found), .o_am_idx(o_am_idx), .o_am_key(o_am_key), .o_meta(o_meta));
+"
+            .into(),
+            cores: self.cores.0.clone(),
+        })
+    }
+}
+
+/// The Verilog modules under the vector unit's datapath: the lane and `opu_vector_dp`.
+pub fn dp_cores() -> Result<String, crate::emit::EmitError> {
+    let lane = crate::emit::emit_verilog("vector")?;
+    Ok(format!("{lane}\n{}", dp_verilog()))
+}
