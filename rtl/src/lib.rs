@@ -20,6 +20,7 @@
 //!   around the PE array.
 //! - [`vecunit`]: the vector unit (`vop rmsnorm rope argmax`, the reduction file `RED`): its sequencer
 //!   (rust-hdl HDL) and the datapath of 8 vector lanes.
+//! - [`red`]: the reduction file `RED` (64 wide accumulators, reading 0 until written in a run).
 //! - [`spm`]: the scratchpad, 8 banks of words behind a line port at any word address.
 //! - [`top`]: the overlay so far: register file, core, DMA unit and scratchpad on one memory port.
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
@@ -49,6 +50,7 @@ pub mod fp32;
 pub mod lane;
 pub mod matrix;
 pub mod reduce;
+pub mod red;
 pub mod round;
 pub mod router;
 pub mod spm;

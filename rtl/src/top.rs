@@ -1,8 +1,9 @@
 //! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA
 //! unit, the matrix unit (`matmul`) and the vector unit (`vop rmsnorm rope argmax`, `RED`), each behind its
 //! issue queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar,
-//! DMA, `matmul` and vector instructions; the attention unit is not in it yet, nor `route` and the matrix
-//! unit's `f16` format and reduction, so such an instruction is never accepted (the run stalls until the
+//! DMA, `matmul` and vector instructions, and `RED` (`red::RedFile`) between the matrix unit's fused
+//! reduction and the vector unit; the attention unit is not in it yet, nor `route` and the matrix unit's
+//! `f16` format, so such an instruction is never accepted (the run stalls until the
 //! watchdog ends it).
 //!
 //! The units exchange data through the scratchpad and device memory, so the core issues to one of them only
@@ -20,6 +21,7 @@ use crate::ctrl::queue::IssueQueue;
 use crate::dma::Dma;
 use crate::matrix::Matrix;
 use crate::spm::{Scratchpad, SPM_ROW_BITS};
+use crate::red::RedFile;
 use crate::vecunit::VectorUnit;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
@@ -59,6 +61,8 @@ pub struct Top<const R: usize> {
     mat: Matrix,
     vec_q: IssueQueue,
     vec: VectorUnit,
+    /// `RED`: the matrix unit's while it runs, else the vector unit's.
+    red: RedFile,
     /// The scratchpad (8 banks of `2^R` words behind a line port).
     spm: Scratchpad<R>,
     dma_turn: Signal<Local, Bit>,
@@ -105,6 +109,7 @@ impl<const R: usize> Top<R> {
             mat: Matrix::new(config, dp_cores),
             vec_q: Default::default(),
             vec: VectorUnit::new(config, vec_cores),
+            red: Default::default(),
             spm: Default::default(),
             dma_turn: Default::default(),
             mat_turn: Default::default(),
@@ -130,7 +135,8 @@ impl<const R: usize> Logic for Top<R> {
         self.vec_q.clock.next = self.clock.val();
         self.vec.clock.next = self.clock.val();
         self.vec.reset.next = self.reset.val();
-        self.vec.clear.next = self.mmio.start.val() & !self.core.busy.val();
+        self.red.clock.next = self.clock.val();
+        self.red.clear.next = self.mmio.start.val() & !self.core.busy.val();
         self.mmio.reset.next = self.reset.val();
         self.core.reset.next = self.reset.val();
         self.dma.reset.next = self.reset.val();
@@ -289,6 +295,20 @@ impl<const R: usize> Logic for Top<R> {
         self.dma.s_rdata.next = self.spm.rdata.val();
         self.mat.s_rdata.next = self.spm.rdata.val();
         self.vec.s_rdata.next = self.spm.rdata.val();
+
+        // ---- the reduction file
+        self.red.raddr.next = self.vec.red_raddr.val();
+        self.red.we.next = self.vec.red_we.val();
+        self.red.waddr.next = self.vec.red_waddr.val();
+        self.red.wdata.next = self.vec.red_wdata.val();
+        if !self.mat.idle.val() {
+            self.red.raddr.next = self.mat.red_raddr.val();
+            self.red.we.next = self.mat.red_we.val();
+            self.red.waddr.next = self.mat.red_waddr.val();
+            self.red.wdata.next = self.mat.red_wdata.val();
+        }
+        self.vec.red_rdata.next = self.red.rdata.val();
+        self.mat.red_rdata.next = self.red.rdata.val();
         self.core.spm_data.next = self.spm.rdata.val().get_bits::<32>(0);
     }
 }

@@ -16,6 +16,9 @@ const ACTS: u64 = 0x100;
 const WEIGHTS: u64 = 0x2000;
 const OLD: u64 = 0x8000;
 const OUT: u64 = 0xC000;
+/// RMSNorm's gains, and where its outputs go (the fused reduction's check).
+const GAINS: u64 = 0x6000;
+const NORMED: u64 = 0xD000;
 
 
 /// One `matmul` case: the shape, and what the program around it does.
@@ -27,6 +30,8 @@ struct Case {
     ntok: u32,
     rows: u32,
     cols: u32,
+    /// The fused reduction: 0 none, 1 `set`, 2 `set` then the same `matmul` again with `add`.
+    red: u8,
 }
 
 impl Case {
@@ -54,6 +59,10 @@ impl Case {
             data[at..at + b.len()].copy_from_slice(&b);
             at += b.len();
         }
+        for i in 0..self.rows as usize {
+            let g = 0.5 + rng.f32_unit();
+            data[GAINS as usize + 4 * i..GAINS as usize + 4 * i + 4].copy_from_slice(&g.to_bits().to_le_bytes());
+        }
         for i in 0..(self.ntok * self.out_row() / 4) as usize {
             let v = (rng.f32_unit() - 0.5) * 64.0;
             let w = if self.f32_out {
@@ -75,19 +84,47 @@ impl Case {
         if self.acc {
             p += &format!("load spm={} mem={} bytes={out_bytes} idx=r0 stride=0\n", dst / 4, OLD / 32);
         }
-        p += &format!(
-            "matmul fmt={} out={} acc={} ntok={} dst={} src=0 rows={} cols={} w={}\n",
-            self.fmt.name(),
-            if self.f32_out { "f32" } else { "f16" },
-            u8::from(self.acc),
-            self.ntok,
-            dst / 4,
-            self.rows,
-            self.cols,
-            WEIGHTS / 32
-        );
-        p += &format!("store spm={} mem={} bytes={out_bytes} idx=r0 stride=0\nend\n", dst / 4, OUT / 32);
-        p
+        let out = if self.f32_out { "f32" } else { "f16" };
+        let reds: &[&str] = match self.red {
+            0 => &["none"],
+            1 => &["set"],
+            _ => &["set", "add"],
+        };
+        for red in reds {
+            p += &format!(
+                "matmul fmt={} out={out} acc={} red={red} ntok={} dst={} src=0 rows={} cols={} w={}\n",
+                self.fmt.name(),
+                u8::from(self.acc),
+                self.ntok,
+                dst / 4,
+                self.rows,
+                self.cols,
+                WEIGHTS / 32
+            );
+        }
+        p += &format!("store spm={} mem={} bytes={out_bytes} idx=r0 stride=0\n", dst / 4, OUT / 32);
+        if self.red != 0 {
+            // RMSNorm of the outputs reads RED: the sums of squares the matmul left
+            let g = (dst + out_bytes).div_ceil(64) * 64 + 64;
+            let r = g + (self.rows * 4).div_ceil(64) * 64 + 64;
+            p += &format!(
+                "load spm={} mem={} bytes={} idx=r0 stride=0\n\
+                 rmsnorm dd=f32 ds={out} rows={} dst={} src={} g={} n={} eps=1e-5\n\
+                 store spm={} mem={} bytes={} idx=r0 stride=0\n",
+                g / 4,
+                GAINS / 32,
+                self.rows * 4,
+                self.ntok,
+                r / 4,
+                dst / 4,
+                g / 4,
+                self.rows,
+                r / 4,
+                NORMED / 32,
+                self.ntok * self.rows * 4
+            );
+        }
+        p + "end\n"
     }
 }
 
@@ -99,17 +136,18 @@ fn matmul_equals_the_functional_simulator() {
     }
     let cases = [
         // one row group, one token: the decode shape
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1 },
         // several groups, the last partial and odd (a half-written output word), tokens, the fused residual
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96, red: 2 },
         // Q4_0 rows of 18-byte blocks (rows start at every even byte of a line), FP32 outputs with start values
-        Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64 },
+        Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64, red: 1 },
         // Q8_0: four steps per block, rows of 34-byte blocks
-        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128 },
-        Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32 },
+        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0 },
+        Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32, red: 2 },
     ];
     let mut rng = Rng(0x3a7_3a7);
-    // and random shapes: any format, output type and start values, 1..=4 tokens, 1..=40 rows, 1..=6 blocks
+    // and random shapes: any format, output type, start values and reduction, 1..=4 tokens, 1..=40 rows, 1..=6
+    // blocks
     let fmts = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
     let random: Vec<Case> = (0..12)
         .map(|_| Case {
@@ -119,6 +157,7 @@ fn matmul_equals_the_functional_simulator() {
             ntok: 1 + rng.below(4) as u32,
             rows: 1 + rng.below(40) as u32,
             cols: 32 * (1 + rng.below(6) as u32),
+            red: rng.below(3) as u8,
         })
         .collect();
     for case in cases.into_iter().chain(random) {

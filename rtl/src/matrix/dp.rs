@@ -27,7 +27,8 @@ pub fn dp_verilog(cfg: &OverlayConfig) -> String {
         v,
         "\
 module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_line, rd_o0, rd_rb, rd_buf, rd_off,
-    rd_fmt, f_valid, f_half, f_row, f_clear, f_last, f_xf, o_sel, cap, o_acc0, o_acc1, o_nf0, o_nf1);
+    rd_fmt, f_valid, f_half, f_row, f_clear, f_last, f_xf, o_sel, cap, o_acc0, o_acc1, o_nf0, o_nf1, sq_chunk, sq_f32,
+    sq_mask, sq_out);
     input wire clock;
     input wire reset;
     input wire [4:0] ld_o0;
@@ -53,6 +54,13 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_li
     output wire [95:0] o_acc1;
     output wire o_nf0;
     output wire o_nf1;
+    input wire [255:0] sq_chunk;
+    input wire sq_f32;
+    input wire [15:0] sq_mask;
+    output reg [96:0] sq_out;
+{vx}
+    // the fused reduction: the squares of a stored output chunk, summed (one edge)
+    always @(posedge clock) sq_out <= vx_sqsum(sq_chunk, sq_f32, sq_mask);
     wire [{wb}:0] w;
     wire [{db}:0] dm;
     wire [{ab}:0] acc;
@@ -92,6 +100,7 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_li
         dm1 = d - 2,
         acc = ACC_BITS,
         acc2 = 2 * ACC_BITS,
+        vx = crate::vecunit::dp::VX_FUNCTIONS,
     )
     .unwrap();
     for i in 0..l {
@@ -143,6 +152,12 @@ pub struct MatrixDatapath {
     pub o_acc1: Signal<Out, Bits<ACC_BITS>>,
     pub o_nf0: Signal<Out, Bit>,
     pub o_nf1: Signal<Out, Bit>,
+    /// `{nf, sum}` of the squares of `sq_chunk`'s values whose bit in `sq_mask` is set (16 FP16, or 8 FP32
+    /// with `sq_f32`), one edge later (`vecunit::dp`'s `vx_sqsum`).
+    pub sq_chunk: Signal<In, Bits<256>>,
+    pub sq_f32: Signal<In, Bit>,
+    pub sq_mask: Signal<In, Bits<16>>,
+    pub sq_out: Signal<Out, Bits<97>>,
     /// The Verilog of the modules under `opu_matrix_dp` and of `opu_matrix_dp` itself.
     cores: ModelState<String>,
 }
@@ -175,6 +190,10 @@ impl MatrixDatapath {
             o_acc1: Default::default(),
             o_nf0: Default::default(),
             o_nf1: Default::default(),
+            sq_chunk: Default::default(),
+            sq_f32: Default::default(),
+            sq_mask: Default::default(),
+            sq_out: Default::default(),
             cores: ModelState(cores),
         }
     }
@@ -188,6 +207,7 @@ impl Logic for MatrixDatapath {
         self.o_acc1.connect();
         self.o_nf0.connect();
         self.o_nf1.connect();
+        self.sq_out.connect();
     }
     fn hdl(&self) -> Verilog {
         Verilog::Wrapper(Wrapper {
@@ -195,7 +215,8 @@ impl Logic for MatrixDatapath {
 opu_matrix_dp dp(.clock(clock), .reset(reset), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), .ld_buf(ld_buf),
     .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_buf(rd_buf), .rd_off(rd_off),
     .rd_fmt(rd_fmt), .f_valid(f_valid), .f_half(f_half), .f_row(f_row), .f_clear(f_clear), .f_last(f_last),
-    .f_xf(f_xf), .o_sel(o_sel), .cap(cap), .o_acc0(o_acc0), .o_acc1(o_acc1), .o_nf0(o_nf0), .o_nf1(o_nf1));
+    .f_xf(f_xf), .o_sel(o_sel), .cap(cap), .o_acc0(o_acc0), .o_acc1(o_acc1), .o_nf0(o_nf0), .o_nf1(o_nf1),
+    .sq_chunk(sq_chunk), .sq_f32(sq_f32), .sq_mask(sq_mask), .sq_out(sq_out));
 "
             .into(),
             cores: self.cores.0.clone(),

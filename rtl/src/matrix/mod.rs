@@ -18,8 +18,11 @@
 //!    its accumulator (`WideAcc::add_f16` / `add_f32`: the sum is exact, so adding it last gives the same
 //!    bits as starting from it), rounds (`round`: `WideAcc::to_f16` / `to_f32`) and writes the words back.
 //!
-//! Not built yet: `fmt=f16` (it runs on the router's FP16 datapath), the fused `red`uction, `route`, and
-//! the overlap of one group's load with the previous group's compute (the buffer has room for both). The
+//! 5. **Reduce** (`red`): each stored chunk's values are squared and summed (`vx_sqsum` in the datapath) and
+//!    added to `RED[t]` of its token by a read-modify-write of the reduction file (`red=set` starts from 0
+//!    at the token's first chunk of the first group).
+//!
+//! Not built yet: `fmt=f16` (it runs on the router's FP16 datapath), `route`, and the overlap of one group's load with the previous group's compute (the buffer has room for both). The
 //! issue port does not accept those instructions, so a program using them stops at the watchdog.
 
 pub mod dp;
@@ -28,6 +31,7 @@ pub mod feed;
 use crate::ctrl::{constant as k, decode};
 use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use crate::lane::ACC_BITS;
+use crate::red::RED_BITS;
 use crate::round::Round;
 use dp::MatrixDatapath;
 use opu_hw::numerics::WeightFormat;
@@ -180,6 +184,13 @@ pub struct Matrix {
     pub s_raddr: Signal<Out, Bits<SPM_WORD_BITS>>,
     pub s_rdata: Signal<In, Bits<256>>,
 
+    // ---- the reduction file (`red::RedFile`): read data the cycle after the address
+    pub red_raddr: Signal<Out, Bits<6>>,
+    pub red_rdata: Signal<In, Bits<RED_BITS>>,
+    pub red_we: Signal<Out, Bit>,
+    pub red_waddr: Signal<Out, Bits<6>>,
+    pub red_wdata: Signal<Out, Bits<RED_BITS>>,
+
     pub bytes_read: Signal<Out, Bits<64>>,
     pub macs: Signal<Out, Bits<64>>,
 
@@ -195,6 +206,7 @@ pub struct Matrix {
     fmt: DFF<Bits<3>>,
     f32o: DFF<Bit>,
     accf: DFF<Bit>,
+    redm: DFF<Bits<2>>,
     ntok: DFF<Bits<7>>,
     dst: DFF<Bits<20>>,
     src: DFF<Bits<20>>,
@@ -272,6 +284,14 @@ pub struct Matrix {
     p3_j: DFF<Bits<4>>,
     p4_v: DFF<Bit>,
     p4_j: DFF<Bits<4>>,
+    /// The fused reduction: a written chunk's sum of squares comes (1), then its token's entry (2).
+    rq1_v: DFF<Bit>,
+    rq1_tok: DFF<Bits<6>>,
+    rq1_first: DFF<Bit>,
+    rq2_v: DFF<Bit>,
+    rq2_tok: DFF<Bits<6>>,
+    rq2_first: DFF<Bit>,
+    rq2_sum: DFF<Bits<RED_BITS>>,
 
     // ---- constants
     max_batch: Constant<Bits<7>>,
@@ -346,6 +366,8 @@ pub struct Matrix {
     place_sh: Signal<Local, Bits<9>>,
     place_v: Signal<Local, Bits<256>>,
     place_m: Signal<Local, Bits<256>>,
+    sq_rows: Signal<Local, Bits<16>>,
+    red_base: Signal<Local, Bits<RED_BITS>>,
 }
 
 impl Matrix {
@@ -379,6 +401,11 @@ impl Matrix {
             s_wdata: Default::default(),
             s_raddr: Default::default(),
             s_rdata: Default::default(),
+            red_raddr: Default::default(),
+            red_rdata: Default::default(),
+            red_we: Default::default(),
+            red_waddr: Default::default(),
+            red_wdata: Default::default(),
             bytes_read: Default::default(),
             macs: Default::default(),
             dp: MatrixDatapath::new(dp_cores),
@@ -391,6 +418,7 @@ impl Matrix {
             fmt: Default::default(),
             f32o: Default::default(),
             accf: Default::default(),
+            redm: Default::default(),
             ntok: Default::default(),
             dst: Default::default(),
             src: Default::default(),
@@ -454,6 +482,13 @@ impl Matrix {
             p3_j: Default::default(),
             p4_v: Default::default(),
             p4_j: Default::default(),
+            rq1_v: Default::default(),
+            rq1_tok: Default::default(),
+            rq1_first: Default::default(),
+            rq2_v: Default::default(),
+            rq2_tok: Default::default(),
+            rq2_first: Default::default(),
+            rq2_sum: Default::default(),
             max_batch: k(u64::from(config.max_batch)),
             max_row: k(u64::from(config.max_matmul_row_bytes())),
             mem_bytes: k(config.device_memory_bytes),
@@ -521,6 +556,8 @@ impl Matrix {
             place_sh: Default::default(),
             place_v: Default::default(),
             place_m: Default::default(),
+            sq_rows: Default::default(),
+            red_base: Default::default(),
         }
     }
 }
@@ -529,25 +566,25 @@ impl Logic for Matrix {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, state, pc, fmt, f32o, accf, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
+            self, clock, state, pc, fmt, f32o, accf, redm, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, macs_total, outstanding, rows_left,
             grows, gbyte, gout, nlines, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
-            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j
+            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
+            rq2_sum
         );
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
         self.round0.clock.next = self.clock.val();
         self.round1.clock.next = self.clock.val();
 
-        // ---- issue: matmul with a block format and no reduction (the rest is not built)
+        // ---- issue: matmul with a block format (f16 is not built)
         self.opc.next = self.iss_word.val().get_bits::<8>(0);
         self.fmt_in.next = self.iss_word.val().get_bits::<3>(self.f_fmt.val().index());
         self.supported.next = (self.opc.val() == self.op_matmul.val())
             & ((self.fmt_in.val() == self.fmt_w4m.val())
                 | (self.fmt_in.val() == self.fmt_w4.val())
-                | (self.fmt_in.val() == self.fmt_w8.val()))
-            & (self.iss_word.val().get_bits::<2>(self.f_red.val().index()) == 0);
+                | (self.fmt_in.val() == self.fmt_w8.val()));
         self.idle.next = self.state.q.val() == MatrixState::Idle;
         self.iss_ready.next = (self.state.q.val() == MatrixState::Idle) & self.supported.val() & !self.trap_r.q.val();
         self.progress.next = false;
@@ -660,6 +697,7 @@ impl Logic for Matrix {
                     self.fmt.d.next = self.fmt_in.val();
                     self.f32o.d.next = self.iss_word.val().get_bit(self.f_out.val().index());
                     self.accf.d.next = self.iss_word.val().get_bit(self.f_acc.val().index());
+                    self.redm.d.next = self.iss_word.val().get_bits::<2>(self.f_red.val().index());
                     self.ntok.d.next = self.iss_word.val().get_bits::<7>(self.f_ntok.val().index());
                     self.dst.d.next = self.iss_word.val().get_bits::<20>(self.f_dst.val().index());
                     self.src.d.next = self.iss_word.val().get_bits::<20>(self.f_src.val().index());
@@ -834,7 +872,11 @@ impl Logic for Matrix {
                 }
             }
             MatrixState::GroupEnd => {
-                if (self.otok.q.val() == self.ntok.q.val()) & (self.ostate.q.val() == OutState::Idle) {
+                if (self.otok.q.val() == self.ntok.q.val())
+                    & (self.ostate.q.val() == OutState::Idle)
+                    & !self.rq1_v.q.val()
+                    & !self.rq2_v.q.val()
+                {
                     self.rows_left.d.next = self.rows_left.q.val() - self.grows.q.val();
                     self.gbyte.d.next = self.gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
                     self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 1);
@@ -980,6 +1022,36 @@ impl Logic for Matrix {
                 | ((self.place_v.val() & self.place_m.val()) << self.place_sh.val());
         }
 
+        // ---- the fused reduction: a chunk written now is squared and summed in the datapath (its valid rows:
+        // the words of a half-written last word keep bytes that are not outputs), then read-modify-written
+        // into RED of its token; `set` starts from 0 at the token's first chunk (first group, row 0)
+        self.sq_rows.next = self.cvalid.val();
+        if self.f32o.q.val() & (self.cvalid.val() > 8) {
+            self.sq_rows.next = 8.into();
+        }
+        if self.cvalid.val() > 16 {
+            self.sq_rows.next = 16.into();
+        }
+        self.dp.sq_chunk.next = self.outc.q.val();
+        self.dp.sq_f32.next = self.f32o.q.val();
+        self.dp.sq_mask.next = bit_cast::<16, 17>((bits::<17>(1) << bit_cast::<17, 16>(self.sq_rows.val())) - 1);
+        self.rq1_v.d.next = self.ro_write.val() & (self.redm.q.val() != 0);
+        self.rq1_tok.d.next = self.otok.q.val().get_bits::<6>(0);
+        self.rq1_first.d.next = (self.redm.q.val() == 1) & (self.gout.q.val() == 0) & (self.ochunk_row.q.val() == 0);
+        self.red_raddr.next = self.rq1_tok.q.val();
+        self.rq2_v.d.next = self.rq1_v.q.val();
+        self.rq2_tok.d.next = self.rq1_tok.q.val();
+        self.rq2_first.d.next = self.rq1_first.q.val();
+        self.rq2_sum.d.next = self.dp.sq_out.val();
+        self.red_base.next = self.red_rdata.val();
+        if self.rq2_first.q.val() {
+            self.red_base.next = 0.into();
+        }
+        self.red_we.next = self.rq2_v.q.val();
+        self.red_waddr.next = self.rq2_tok.q.val();
+        self.red_wdata.next = bit_cast::<RED_BITS, ACC_BITS>(self.red_base.val().get_bits::<ACC_BITS>(0) + self.rq2_sum.q.val().get_bits::<ACC_BITS>(0))
+            | (bit_cast::<RED_BITS, 1>((self.red_base.val().get_bit(96) | self.rq2_sum.q.val().get_bit(96)).into()) << 96);
+
         // ---- memory responses in flight (a flush waits for them)
         if self.m_req.val() & self.m_req_ready.val() & !self.m_resp.val() {
             self.outstanding.d.next = self.outstanding.q.val() + 1;
@@ -992,6 +1064,8 @@ impl Logic for Matrix {
             self.ostate.d.next = OutState::Idle;
             self.inflight.d.next = false;
             self.trap_r.d.next = false;
+            self.rq1_v.d.next = false;
+            self.rq2_v.d.next = false;
         }
         if self.reset.val() {
             self.state.d.next = MatrixState::Idle;
@@ -1030,7 +1104,8 @@ pub fn matrix_top(config: &OverlayConfig) -> Result<Matrix, crate::emit::EmitErr
         m_req_ready,
         m_resp,
         m_rdata,
-        s_rdata
+        s_rdata,
+        red_rdata
     ))
 }
 

@@ -115,6 +115,25 @@ function automatic [96:0] vx_sq(input [31:0] x);
       else vx_sq = {1'b0, {48'd0, sq} >> (-sh)};
    end
 endfunction
+// {nf, sum}: the squares (vx_sq) of a 32-byte chunk's values as stored, 16 FP16 halves or (f32) 8 FP32 words,
+// those whose bit in `mask` is set, summed on the accumulator grid
+function automatic [96:0] vx_sqsum(input [255:0] ch, input f32, input [15:0] mask);
+   reg [96:0] t;
+   reg [95:0] sum;
+   reg nf;
+   integer k;
+   begin
+      sum = 96'd0;
+      nf = 1'b0;
+      for (k = 0; k < 16; k = k + 1)
+         if (mask[k] && (!f32 || k < 8)) begin
+            t = vx_sq(f32 ? ch[32 * (k & 7) +: 32] : vx_h2f(ch[16 * k +: 16]));
+            sum = sum + t[95:0];
+            nf = nf | t[96];
+         end
+      vx_sqsum = {nf, sum};
+   end
+endfunction
 ";
 
 /// The Verilog of `opu_vector_dp` (it instantiates `opu_vector`, emitted separately).
@@ -237,7 +256,7 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
     reg [107:0] side1, side2;
     reg [255:0] f1, f2;
     reg [127:0] h01, h02, h11, h12;
-    reg [{sqb}:0] sq2;
+    reg [96:0] sq2;
     integer t;
     always @(posedge clock) begin
         v1 <= reset ? 1'b0 : sv[{lm1}];
@@ -252,19 +271,7 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
         f2 <= f1;
         h02 <= h01;
         h12 <= h11;
-        for (t = 0; t < {n}; t = t + 1)
-            sq2[97 * t +: 97] <= side1[64 + t] ? vx_sq(dd16 ? vx_h2f(h01[16 * t +: 16]) : f1[32 * t +: 32]) : 97'd0;
-    end
-    reg [95:0] sum;
-    reg snf;
-    integer u;
-    always @* begin
-        sum = 96'd0;
-        snf = 1'b0;
-        for (u = 0; u < {n}; u = u + 1) begin
-            sum = sum + sq2[97 * u +: 96];
-            snf = snf | sq2[97 * u + 96];
-        end
+        sq2 <= vx_sqsum(dd16 ? {{128'd0, h01}} : f1, !dd16, {{8'd0, side1[71:64]}});
     end
     always @(posedge clock) begin
         o_valid <= reset ? 1'b0 : v2;
@@ -275,8 +282,8 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
         o_f32 <= f2;
         o_h0 <= h02;
         o_h1 <= h12;
-        o_sq <= sum;
-        o_sqnf <= snf;
+        o_sq <= sq2[95:0];
+        o_sqnf <= sq2[96];
     end
     genvar q;
     generate
@@ -289,7 +296,6 @@ endmodule // opu_vector_dp
         lat = dp_latency(),
         lm1 = l - 1,
         lm2 = l - 2,
-        sqb = 97 * n - 1,
     )
 }
 

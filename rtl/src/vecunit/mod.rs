@@ -18,13 +18,14 @@
 //!    the core's write-back port, to `r[rd]`.
 //!
 //! One instruction at a time: the unit is ready for the next when every write of this one is done, so a
-//! later instruction (of any unit) sees its results. `RED` is a RAM of 64 accumulators with a valid bit each,
-//! cleared when a run starts (docs/isa.md: `RED` is 0 at the doorbell).
+//! later instruction (of any unit) sees its results. `RED` is the top's [`crate::red::RedFile`], reached
+//! through the `red_*` port.
 
 pub mod dp;
 
 use crate::ctrl::{constant as k, decode};
 use crate::lane::ACC_BITS;
+use crate::red::RED_BITS;
 use crate::round::Round;
 use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use dp::VectorDatapath;
@@ -82,8 +83,6 @@ pub struct VectorUnit {
     pub clock: Signal<In, Clock>,
     pub reset: Signal<In, Bit>,
     pub flush: Signal<In, Bit>,
-    /// A run starts: `RED` reads as 0 again.
-    pub clear: Signal<In, Bit>,
 
     // ---- issue (from the core, through the unit's queue); `iss_aux` bits 0..32: the `vscale` CSR
     pub iss_valid: Signal<In, Bit>,
@@ -109,11 +108,15 @@ pub struct VectorUnit {
     pub s_raddr: Signal<Out, Bits<SPM_WORD_BITS>>,
     pub s_rdata: Signal<In, Bits<256>>,
 
+    // ---- the reduction file (`red::RedFile`): read data the cycle after the address
+    pub red_raddr: Signal<Out, Bits<6>>,
+    pub red_rdata: Signal<In, Bits<RED_BITS>>,
+    pub red_we: Signal<Out, Bit>,
+    pub red_waddr: Signal<Out, Bits<6>>,
+    pub red_wdata: Signal<Out, Bits<RED_BITS>>,
+
     dp: VectorDatapath,
     round: Round,
-    /// `RED`: `{nf, acc}` per row, and which entries were written since the run started.
-    red: RAM<Bits<97>, 6>,
-    red_valid: DFF<Bits<64>>,
 
     // ---- the instruction
     state: DFF<VecState>,
@@ -295,7 +298,7 @@ pub struct VectorUnit {
     acc_in_nf: Signal<Local, Bit>,
     acc_new: Signal<Local, Bits<ACC_BITS>>,
     acc_new_nf: Signal<Local, Bit>,
-    red_entry: Signal<Local, Bits<97>>,
+    red_entry: Signal<Local, Bits<RED_BITS>>,
     am_take: Signal<Local, Bit>,
     am_best: Signal<Local, Bits<24>>,
     jo_next: Signal<Local, Bits<6>>,
@@ -310,7 +313,6 @@ impl VectorUnit {
             clock: Default::default(),
             reset: Default::default(),
             flush: Default::default(),
-            clear: Default::default(),
             iss_valid: Default::default(),
             iss_ready: Default::default(),
             iss_word: Default::default(),
@@ -330,10 +332,13 @@ impl VectorUnit {
             s_wdata: Default::default(),
             s_raddr: Default::default(),
             s_rdata: Default::default(),
+            red_raddr: Default::default(),
+            red_rdata: Default::default(),
+            red_we: Default::default(),
+            red_waddr: Default::default(),
+            red_wdata: Default::default(),
             dp: VectorDatapath::new(dp_cores),
             round: Default::default(),
-            red: Default::default(),
-            red_valid: Default::default(),
             state: Default::default(),
             kind: Default::default(),
             pc: Default::default(),
@@ -509,7 +514,7 @@ impl Logic for VectorUnit {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, red_valid, state, kind, pc, op, td, t1, t2, redm, rows, dst, s1, s2, n, eps, neox, heads, hd, rd,
+            self, clock, state, kind, pc, op, td, t1, t2, redm, rows, dst, s1, s2, n, eps, neox, heads, hd, rd,
             vscale, use2, elems, len_d, len_1, len_2, pitch_d, pitch_1, pitch_2, trap_r, trap_code_r, trap_info_r, j, h,
             e, seglen, rb_d, rb_1, rb_2, p_d, p_1, p_2, st_d, st_1, st_2, pw_d, pw_1, pw_2, x1off, rem, cap_v, cap_s, sa,
             sb, sc, sd, old_hi, ma_v, ma_meta, ma_n, mb_v, mb_meta, mb_n, inv, inv_ready, inflight, w2_v, w2_addr,
@@ -518,8 +523,6 @@ impl Logic for VectorUnit {
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
         self.round.clock.next = self.clock.val();
-        self.red.read_clock.next = self.clock.val();
-        self.red.write_clock.next = self.clock.val();
 
         // ---- issue
         self.opc.next = self.iss_word.val().get_bits::<8>(0);
@@ -657,15 +660,11 @@ impl Logic for VectorUnit {
             self.s_raddr.next = self.p_d.q.val() + bit_cast::<20, 4>(self.nv.val() >> 1);
         }
         // RED: rmsnorm reads row j's entry (a vop with `red` reads below, on the store side)
-        self.red.write_enable.next = false;
-        self.red.write_address.next = self.jo.q.val();
-        self.red.write_data.next = 0.into();
-        self.round.acc.next = signed_cast(self.red.read_data.val().get_bits::<ACC_BITS>(0));
-        self.round.nf.next = self.red.read_data.val().get_bit(96);
-        if !self.red_valid.q.val().get_bit(self.j.q.val().get_bits::<6>(0).index()) {
-            self.round.acc.next = signed_cast(bits::<ACC_BITS>(0));
-            self.round.nf.next = false;
-        }
+        self.red_we.next = false;
+        self.red_waddr.next = self.jo.q.val();
+        self.red_wdata.next = 0.into();
+        self.round.acc.next = signed_cast(self.red_rdata.val().get_bits::<ACC_BITS>(0));
+        self.round.nf.next = self.red_rdata.val().get_bit(96);
 
         // ---- captures: the line read in the previous cycle goes to its slot
         self.cap_v.d.next = false;
@@ -1096,14 +1095,14 @@ impl Logic for VectorUnit {
         if self.ofirst.q.val() {
             self.acc_in.next = 0.into();
             self.acc_in_nf.next = false;
-            if (self.redm.q.val() == 2) & self.red_valid.q.val().get_bit(self.jo.q.val().index()) {
-                self.acc_in.next = self.red.read_data.val().get_bits::<ACC_BITS>(0);
-                self.acc_in_nf.next = self.red.read_data.val().get_bit(96);
+            if self.redm.q.val() == 2 {
+                self.acc_in.next = self.red_rdata.val().get_bits::<ACC_BITS>(0);
+                self.acc_in_nf.next = self.red_rdata.val().get_bit(96);
             }
         }
         self.acc_new.next = self.acc_in.val() + self.dp.o_sq.val();
         self.acc_new_nf.next = self.acc_in_nf.val() | self.dp.o_sqnf.val();
-        self.red_entry.next = bit_cast::<97, ACC_BITS>(self.acc_new.val()) | (bit_cast::<97, 1>(self.acc_new_nf.val().into()) << 96);
+        self.red_entry.next = bit_cast::<RED_BITS, ACC_BITS>(self.acc_new.val()) | (bit_cast::<RED_BITS, 1>(self.acc_new_nf.val().into()) << 96);
         self.am_take.next = self.dp.o_am_found.val() & (!self.am_f.q.val() | (self.dp.o_am_key.val() > self.am_k.q.val()));
         self.am_best.next = self.am_i.q.val();
         if self.am_take.val() {
@@ -1128,9 +1127,8 @@ impl Logic for VectorUnit {
                             self.acc_nf.d.next = self.acc_new_nf.val();
                             self.ofirst.d.next = false;
                             if self.o_row_end.val() {
-                                self.red.write_enable.next = true;
-                                self.red.write_data.next = self.red_entry.val();
-                                self.red_valid.d.next = self.red_valid.q.val() | (bits::<64>(1) << self.jo.q.val());
+                                self.red_we.next = true;
+                                self.red_wdata.next = self.red_entry.val();
                                 self.jo.d.next = self.jo.q.val() + 1;
                                 self.ofirst.d.next = true;
                             }
@@ -1181,9 +1179,9 @@ impl Logic for VectorUnit {
         if self.dp.o_valid.val() & !self.o_inv.val() & !self.killed.val() & (self.redm.q.val() != 0) & self.o_row_end.val() {
             self.jo_next.next = self.jo.q.val() + 1;
         }
-        self.red.read_address.next = self.j.q.val().get_bits::<6>(0);
+        self.red_raddr.next = self.j.q.val().get_bits::<6>(0);
         if self.kind.q.val() == VecKind::Vop {
-            self.red.read_address.next = self.jo_next.val();
+            self.red_raddr.next = self.jo_next.val();
         }
         // neox: the chunk's second half one cycle after the first
         self.w2_v.d.next = false;
@@ -1204,9 +1202,6 @@ impl Logic for VectorUnit {
             self.inflight.d.next = self.inflight.q.val() - 1;
         }
 
-        if self.clear.val() {
-            self.red_valid.d.next = 0.into();
-        }
         if self.flush.val() | self.reset.val() {
             self.state.d.next = VecState::Drain;
             self.trap_r.d.next = false;
@@ -1219,7 +1214,6 @@ impl Logic for VectorUnit {
             self.mb_v.d.next = false;
             self.cap_v.d.next = false;
             self.w2_v.d.next = false;
-            self.red_valid.d.next = 0.into();
         }
     }
 }
@@ -1231,12 +1225,12 @@ pub fn vecunit_top(config: &OverlayConfig) -> Result<VectorUnit, crate::emit::Em
         clock,
         reset,
         flush,
-        clear,
         iss_valid,
         iss_word,
         iss_pc,
         iss_aux,
-        s_rdata
+        s_rdata,
+        red_rdata
     ))
 }
 
