@@ -97,9 +97,14 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "vector unit: vop/rmsnorm/rope/argmax sequencer and the RED file (rust-hdl HDL) over 8 vector lanes with operand unpacking, FP16 rounding, squares and argmax (datapath Verilog)",
     ),
     (
+        "attention",
+        "opu_attention",
+        "attention unit (rust-hdl HDL): kvappend (K/V rows to device memory, presence byte) so far; attn and the KV history buffer next",
+    ),
+    (
         "top",
         "opu_top",
-        "the overlay so far (rust-hdl HDL): register file, controller core, DMA, matrix and vector units, 8-bank scratchpad, one device-memory port; no attention unit yet",
+        "the overlay so far (rust-hdl HDL): register file, controller core, DMA, matrix, vector and attention (kvappend) units, RED, 8-bank scratchpad, one device-memory port",
     ),
 ];
 
@@ -219,6 +224,7 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
             checked_verilog(&crate::matrix::matrix_top(cfg)?)?
         }
         "vector_unit" => checked_verilog(&crate::vecunit::vecunit_top(cfg)?)?,
+        "attention" => checked_verilog(&crate::attn::attn_top(cfg))?,
         "top" => {
             check_lane_config(unit, cfg)?;
             crate::top::top_verilog(cfg)?

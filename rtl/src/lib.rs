@@ -14,6 +14,7 @@
 //! - [`reduce`]: the reduction unit (sum of squares, online-softmax state).
 //! - [`ctrl`]: the control in rust-hdl's own HDL: the MMIO register file, the controller core (fetch, decode,
 //!   scalar unit, issue with a scoreboard, traps, watchdog) and the decoder tables built from the ISA.
+//! - [`attn`]: the attention unit (`kvappend` so far; `attn` and the KV history buffer next), rust-hdl HDL.
 //! - [`dma`]: the DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory and the 8-bank
 //!   scratchpad.
 //! - [`matrix`]: the matrix unit (`matmul`): its sequencer (rust-hdl HDL), the weight feeds and the datapath
@@ -41,6 +42,7 @@ macro_rules! connect_top {
 pub mod acc;
 pub mod align;
 pub mod array;
+pub mod attn;
 pub mod ctrl;
 pub mod dma;
 pub mod dsp;

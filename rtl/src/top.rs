@@ -1,9 +1,9 @@
 //! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA
-//! unit, the matrix unit (`matmul`) and the vector unit (`vop rmsnorm rope argmax`, `RED`), each behind its
-//! issue queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar,
-//! DMA, `matmul` and vector instructions, and `RED` (`red::RedFile`) between the matrix unit's fused
-//! reduction and the vector unit; the attention unit is not in it yet, nor `route` and the matrix unit's
-//! `f16` format, so such an instruction is never accepted (the run stalls until the
+//! unit, the matrix unit (`matmul`), the vector unit (`vop rmsnorm rope argmax`) and the attention unit
+//! (`kvappend` so far), each behind its issue queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar,
+//! DMA, `matmul`, vector instructions and `kvappend`, and `RED` (`red::RedFile`) between the matrix unit's
+//! fused reduction and the vector unit; `attn`, `route` and the matrix unit's `f16` format are not built yet,
+//! so such an instruction is never accepted (the run stalls until the
 //! watchdog ends it).
 //!
 //! The units exchange data through the scratchpad and device memory, so the core issues to one of them only
@@ -11,7 +11,8 @@
 //! the interlock docs/isa.md asks for, at the granularity of units.
 //!
 //! Memory port: one request per cycle (32-byte lines; reads answered in order with the request's `m_tag`
-//! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 2 for the matrix unit). The units
+//! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 2 for the matrix unit, 3 for the
+//! attention unit). The units
 //! have priority; fetch takes the cycles they leave. `ldr` reads the scratchpad through its read
 //! port, which is free then (the core issues `ldr` only when the units are idle).
 
@@ -22,6 +23,7 @@ use crate::dma::Dma;
 use crate::matrix::Matrix;
 use crate::spm::{Scratchpad, SPM_ROW_BITS};
 use crate::red::RedFile;
+use crate::attn::AttentionUnit;
 use crate::vecunit::VectorUnit;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
@@ -63,10 +65,14 @@ pub struct Top<const R: usize> {
     vec: VectorUnit,
     /// `RED`: the matrix unit's while it runs, else the vector unit's.
     red: RedFile,
+    att_q: IssueQueue,
+    att: AttentionUnit,
     /// The scratchpad (8 banks of `2^R` words behind a line port).
     spm: Scratchpad<R>,
     dma_turn: Signal<Local, Bit>,
     mat_turn: Signal<Local, Bit>,
+    att_turn: Signal<Local, Bit>,
+    att_side_idle: Signal<Local, Bit>,
     dma_side_idle: Signal<Local, Bit>,
     mat_side_idle: Signal<Local, Bit>,
     vec_side_idle: Signal<Local, Bit>,
@@ -110,9 +116,13 @@ impl<const R: usize> Top<R> {
             vec_q: Default::default(),
             vec: VectorUnit::new(config, vec_cores),
             red: Default::default(),
+            att_q: Default::default(),
+            att: AttentionUnit::new(config),
             spm: Default::default(),
             dma_turn: Default::default(),
             mat_turn: Default::default(),
+            att_turn: Default::default(),
+            att_side_idle: Default::default(),
             dma_side_idle: Default::default(),
             mat_side_idle: Default::default(),
             vec_side_idle: Default::default(),
@@ -135,6 +145,9 @@ impl<const R: usize> Logic for Top<R> {
         self.vec_q.clock.next = self.clock.val();
         self.vec.clock.next = self.clock.val();
         self.vec.reset.next = self.reset.val();
+        self.att_q.clock.next = self.clock.val();
+        self.att.clock.next = self.clock.val();
+        self.att.reset.next = self.reset.val();
         self.red.clock.next = self.clock.val();
         self.red.clear.next = self.mmio.start.val() & !self.core.busy.val();
         self.mmio.reset.next = self.reset.val();
@@ -164,7 +177,7 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.cycles.next = self.core.cycles.val();
         self.mmio.instret.next = self.core.instret.val();
         self.mmio.bytes_read.next = self.dma.bytes_read.val() + self.mat.bytes_read.val();
-        self.mmio.bytes_written.next = self.dma.bytes_written.val();
+        self.mmio.bytes_written.next = self.dma.bytes_written.val() + self.att.bytes_written.val();
         self.mmio.macs.next = self.mat.macs.val();
         self.mmio.stall_cycles.next = 0.into();
         self.mmio.skipped_blocks.next = 0.into();
@@ -173,31 +186,39 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.dbg_preds.next = self.core.dbg_preds.val();
         self.mmio.dbg_csrs.next = self.core.dbg_csrs.val();
 
-        // ---- issue: bit 0 the DMA unit, bit 1 the matrix unit, bit 2 the vector unit, each through its
-        // queue, one side at a time; the attention unit is not built yet (never ready)
+        // ---- issue: bit 0 the DMA unit, bit 1 the matrix unit, bit 2 the vector unit, bit 3 the attention
+        // unit, each through its queue, one side at a time
         self.dma_side_idle.next = self.dma_q.empty.val() & self.dma.idle.val();
         self.mat_side_idle.next = self.mat_q.empty.val() & self.mat.idle.val();
         self.vec_side_idle.next = self.vec_q.empty.val() & self.vec.idle.val();
-        self.any_trap.next = self.dma.trap_valid.val() | self.mat.trap_valid.val() | self.vec.trap_valid.val();
-        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val();
+        self.att_side_idle.next = self.att_q.empty.val() & self.att.idle.val();
+        self.any_trap.next = self.dma.trap_valid.val() | self.mat.trap_valid.val() | self.vec.trap_valid.val() | self.att.trap_valid.val();
+        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
         self.dma_q.push_word.next = self.core.iss_word.val();
         self.dma_q.push_pc.next = self.core.iss_pc.val();
         self.dma_q.push_reg.next = self.core.iss_reg.val();
         self.dma_q.push_aux.next = 0.into();
-        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.dma_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val();
+        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
         self.mat_q.push_word.next = self.core.iss_word.val();
         self.mat_q.push_pc.next = self.core.iss_pc.val();
         self.mat_q.push_reg.next = self.core.iss_reg.val();
         self.mat_q.push_aux.next = 0.into();
-        self.vec_q.push.next = self.core.iss_valid.val().get_bit(2) & self.dma_side_idle.val() & self.mat_side_idle.val() & !self.any_trap.val();
+        self.vec_q.push.next = self.core.iss_valid.val().get_bit(2) & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
         self.vec_q.push_word.next = self.core.iss_word.val();
         self.vec_q.push_pc.next = self.core.iss_pc.val();
         self.vec_q.push_reg.next = self.core.iss_reg.val();
         // the vector unit reads the `vscale` CSR (the core's snapshot at issue)
         self.vec_q.push_aux.next = bit_cast::<128, 32>(self.core.iss_csr.val().get_bits::<32>(self.vscale.val().index()));
-        self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val()).into())
-            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.dma_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val()).into()) << 1)
-            | (bit_cast::<4, 1>((self.vec_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & !self.any_trap.val()).into()) << 2);
+        self.att_q.push.next = self.core.iss_valid.val().get_bit(3) & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val();
+        self.att_q.push_word.next = self.core.iss_word.val();
+        self.att_q.push_pc.next = self.core.iss_pc.val();
+        self.att_q.push_reg.next = self.core.iss_reg.val();
+        // the attention unit reads the CSRs head_dim, kv_stride, attn_scale, kv_present (codes 0..4)
+        self.att_q.push_aux.next = self.core.iss_csr.val().get_bits::<128>(0);
+        self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into())
+            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into()) << 1)
+            | (bit_cast::<4, 1>((self.vec_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into()) << 2)
+            | (bit_cast::<4, 1>((self.att_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val()).into()) << 3);
         // a unit takes the head when idle; after its trap the queued instructions are dropped
         self.dma.iss_valid.next = self.dma_q.pop_valid.val() & !self.dma.trap_valid.val();
         self.dma.iss_word.next = self.dma_q.pop_word.val();
@@ -216,8 +237,16 @@ impl<const R: usize> Logic for Top<R> {
         self.vec.iss_aux.next = self.vec_q.pop_aux.val();
         self.vec_q.pop.next = self.vec.iss_ready.val() & self.vec_q.pop_valid.val() & !self.vec.trap_valid.val();
         self.vec_q.flush.next = self.core.flush.val() | self.vec.trap_valid.val();
-        self.core.units_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val();
-        self.core.progress.next = self.dma.progress.val() | self.mat.progress.val() | self.vec.progress.val();
+        self.att.iss_valid.next = self.att_q.pop_valid.val() & !self.att.trap_valid.val();
+        self.att.iss_word.next = self.att_q.pop_word.val();
+        self.att.iss_pc.next = self.att_q.pop_pc.val();
+        self.att.iss_reg.next = self.att_q.pop_reg.val();
+        self.att.iss_aux.next = self.att_q.pop_aux.val();
+        self.att_q.pop.next = self.att.iss_ready.val() & self.att_q.pop_valid.val() & !self.att.trap_valid.val();
+        self.att_q.flush.next = self.core.flush.val() | self.att.trap_valid.val();
+        self.att.flush.next = self.core.flush.val();
+        self.core.units_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val();
+        self.core.progress.next = self.dma.progress.val() | self.mat.progress.val() | self.vec.progress.val() | self.att.progress.val();
         self.dma.flush.next = self.core.flush.val();
         self.mat.flush.next = self.core.flush.val();
         self.vec.flush.next = self.core.flush.val();
@@ -236,6 +265,11 @@ impl<const R: usize> Logic for Top<R> {
             self.core.utrap_pc.next = self.vec.trap_pc.val();
             self.core.utrap_info.next = self.vec.trap_info.val();
         }
+        if self.att.trap_valid.val() {
+            self.core.utrap_code.next = self.att.trap_code.val();
+            self.core.utrap_pc.next = self.att.trap_pc.val();
+            self.core.utrap_info.next = self.att.trap_info.val();
+        }
         self.core.rwb_valid.next = self.vec.rwb_valid.val();
         self.core.rwb_idx.next = self.vec.rwb_idx.val();
         self.core.rwb_data.next = self.vec.rwb_data.val();
@@ -243,26 +277,37 @@ impl<const R: usize> Logic for Top<R> {
         self.core.pwb_idx.next = 0.into();
         self.core.pwb_data.next = false;
 
-        // ---- memory port: the DMA unit, then the matrix unit, fetch in the cycles they leave
+        // ---- memory port: the DMA unit, then the matrix unit, then the attention unit, fetch in the cycles
+        // they leave
         self.dma_turn.next = self.dma.m_req.val();
         self.mat_turn.next = self.mat.m_req.val() & !self.dma.m_req.val();
-        self.m_req.next = self.dma.m_req.val() | self.mat.m_req.val() | self.core.f_req.val();
-        self.m_write.next = self.dma.m_write.val() & self.dma_turn.val();
+        self.att_turn.next = self.att.m_req.val() & !self.dma.m_req.val() & !self.mat.m_req.val();
+        self.m_req.next = self.dma.m_req.val() | self.mat.m_req.val() | self.att.m_req.val() | self.core.f_req.val();
+        self.m_write.next = (self.dma.m_write.val() & self.dma_turn.val()) | (self.att.m_write.val() & self.att_turn.val());
         self.m_addr.next = self.core.f_addr.val();
         self.m_wdata.next = self.dma.m_wdata.val();
         self.m_wmask.next = self.dma.m_wmask.val();
         self.m_tag.next = 0.into();
+        if self.att_turn.val() {
+            self.m_addr.next = self.att.m_addr.val();
+            self.m_wdata.next = self.att.m_wdata.val();
+            self.m_wmask.next = self.att.m_wmask.val();
+            self.m_tag.next = 3.into();
+        }
         if self.mat_turn.val() {
             self.m_addr.next = self.mat.m_addr.val();
             self.m_tag.next = 2.into();
         }
         if self.dma_turn.val() {
             self.m_addr.next = self.dma.m_addr.val();
+            self.m_wdata.next = self.dma.m_wdata.val();
+            self.m_wmask.next = self.dma.m_wmask.val();
             self.m_tag.next = 1.into();
         }
         self.dma.m_req_ready.next = self.m_req_ready.val();
         self.mat.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val();
-        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.mat_turn.val();
+        self.att.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.mat_turn.val();
+        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.mat_turn.val() & !self.att_turn.val();
         self.dma.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 1);
         self.mat.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 2);
         self.core.f_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 0);
@@ -289,12 +334,19 @@ impl<const R: usize> Logic for Top<R> {
             self.spm.wdata.next = self.vec.s_wdata.val();
             self.spm.raddr.next = self.vec.s_raddr.val();
         }
-        if self.dma.idle.val() & self.mat.idle.val() & self.vec.idle.val() {
+        if !self.att.idle.val() {
+            self.spm.we.next = self.att.s_we.val();
+            self.spm.waddr.next = self.att.s_waddr.val();
+            self.spm.wdata.next = self.att.s_wdata.val();
+            self.spm.raddr.next = self.att.s_raddr.val();
+        }
+        if self.dma.idle.val() & self.mat.idle.val() & self.vec.idle.val() & self.att.idle.val() {
             self.spm.raddr.next = self.core.spm_addr.val();
         }
         self.dma.s_rdata.next = self.spm.rdata.val();
         self.mat.s_rdata.next = self.spm.rdata.val();
         self.vec.s_rdata.next = self.spm.rdata.val();
+        self.att.s_rdata.next = self.spm.rdata.val();
 
         // ---- the reduction file
         self.red.raddr.next = self.vec.red_raddr.val();

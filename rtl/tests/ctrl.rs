@@ -50,3 +50,10 @@ fn vector_unit_verilog_lints_clean() {
     assert!(v.contains(&format!("g < {}", opu_rtl::vecunit::VEC_LANES)) && opu_rtl::vecunit::VEC_LANES == 8);
     common::lint_with(top_name("vector_unit").unwrap(), &v, &["-Wno-UNOPTFLAT"]);
 }
+
+#[test]
+fn attention_unit_verilog_lints_clean() {
+    let v = emit_verilog_for("attention", &OverlayConfig::sim()).unwrap();
+    assert!(v.contains("module opu_attention("));
+    common::lint_with(top_name("attention").unwrap(), &v, &[]);
+}
