@@ -99,12 +99,12 @@ pub const UNITS: &[(&str, &str, &str)] = &[
     (
         "attention",
         "opu_attention",
-        "attention unit (rust-hdl HDL): kvappend (K/V rows to device memory, presence byte) so far; attn and the KV history buffer next",
+        "attention unit (rust-hdl HDL): attn (scores on the router datapath, online softmax on the reduction unit, 8 axpby lanes, recip) with the KV history buffer, and kvappend",
     ),
     (
         "top",
         "opu_top",
-        "the overlay so far (rust-hdl HDL): register file, controller core, DMA, matrix, vector and attention (kvappend) units, RED, 8-bank scratchpad, one device-memory port",
+        "the overlay so far (rust-hdl HDL): register file, controller core, DMA, matrix, vector and attention units, RED, 8-bank scratchpad, one device-memory port",
     ),
 ];
 
@@ -224,7 +224,7 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
             checked_verilog(&crate::matrix::matrix_top(cfg)?)?
         }
         "vector_unit" => checked_verilog(&crate::vecunit::vecunit_top(cfg)?)?,
-        "attention" => checked_verilog(&crate::attn::attn_top(cfg))?,
+        "attention" => checked_verilog(&crate::attn::attn_top(cfg)?)?,
         "top" => {
             check_lane_config(unit, cfg)?;
             crate::top::top_verilog(cfg)?

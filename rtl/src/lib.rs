@@ -14,7 +14,8 @@
 //! - [`reduce`]: the reduction unit (sum of squares, online-softmax state).
 //! - [`ctrl`]: the control in rust-hdl's own HDL: the MMIO register file, the controller core (fetch, decode,
 //!   scalar unit, issue with a scoreboard, traps, watchdog) and the decoder tables built from the ISA.
-//! - [`attn`]: the attention unit (`kvappend` so far; `attn` and the KV history buffer next), rust-hdl HDL.
+//! - [`attn`]: the attention unit (`attn` with the KV history buffer, `kvappend`): its sequencer (rust-hdl
+//!   HDL) over the router, the reduction unit and its FP32 lanes.
 //! - [`dma`]: the DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory and the 8-bank
 //!   scratchpad.
 //! - [`matrix`]: the matrix unit (`matmul`): its sequencer (rust-hdl HDL), the weight feeds and the datapath

@@ -1,9 +1,9 @@
 //! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA
 //! unit, the matrix unit (`matmul`), the vector unit (`vop rmsnorm rope argmax`) and the attention unit
-//! (`kvappend` so far), each behind its issue queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar,
-//! DMA, `matmul`, vector instructions and `kvappend`, and `RED` (`red::RedFile`) between the matrix unit's
-//! fused reduction and the vector unit; `attn`, `route` and the matrix unit's `f16` format are not built yet,
-//! so such an instruction is never accepted (the run stalls until the
+//! (`attn`, `kvappend`, the KV history buffer), each behind its issue queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar,
+//! DMA, `matmul`, vector and attention instructions, and `RED` (`red::RedFile`) between the matrix unit's
+//! fused reduction and the vector unit; `route` and the matrix unit's `f16` format are not built yet, so such
+//! an instruction is never accepted (the run stalls until the
 //! watchdog ends it).
 //!
 //! The units exchange data through the scratchpad and device memory, so the core issues to one of them only
@@ -176,12 +176,12 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.err_info.next = self.core.err_info.val();
         self.mmio.cycles.next = self.core.cycles.val();
         self.mmio.instret.next = self.core.instret.val();
-        self.mmio.bytes_read.next = self.dma.bytes_read.val() + self.mat.bytes_read.val();
+        self.mmio.bytes_read.next = self.dma.bytes_read.val() + self.mat.bytes_read.val() + self.att.bytes_read.val();
         self.mmio.bytes_written.next = self.dma.bytes_written.val() + self.att.bytes_written.val();
-        self.mmio.macs.next = self.mat.macs.val();
+        self.mmio.macs.next = self.mat.macs.val() + self.att.macs.val();
         self.mmio.stall_cycles.next = 0.into();
         self.mmio.skipped_blocks.next = 0.into();
-        self.mmio.kv_history_hits.next = 0.into();
+        self.mmio.kv_history_hits.next = self.att.hits.val();
         self.mmio.dbg_rf.next = self.core.dbg_rf.val();
         self.mmio.dbg_preds.next = self.core.dbg_preds.val();
         self.mmio.dbg_csrs.next = self.core.dbg_csrs.val();
@@ -310,6 +310,8 @@ impl<const R: usize> Logic for Top<R> {
         self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.mat_turn.val() & !self.att_turn.val();
         self.dma.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 1);
         self.mat.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 2);
+        self.att.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 3);
+        self.att.m_rdata.next = self.m_rdata.val();
         self.core.f_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 0);
         self.dma.m_rdata.next = self.m_rdata.val();
         self.mat.m_rdata.next = self.m_rdata.val();
@@ -383,6 +385,7 @@ pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitEr
         crate::emit::checked_verilog(&t)
     }
     crate::matrix::check_config(config)?;
+    crate::attn::check_config(config)?;
     let rows = (config.scratchpad_bytes / 32).trailing_zeros();
     match rows {
         _ if config.scratchpad_bytes != 32 << rows => Err(crate::emit::EmitError::Unsupported {

@@ -82,3 +82,121 @@ fn kvappend_traps_equal_the_functional_simulator() {
         eprintln!("trap equal: {what}");
     }
 }
+
+/// Where the `attn` tests put their operands: query heads, the two layers' K/V caches, presence bytes, the
+/// outputs (device memory); the queries and outputs in the scratchpad.
+const Q_MEM: u64 = 0x100;
+const L0_K: u64 = 0x1000;
+const L0_V: u64 = 0x3000;
+const L1_K: u64 = 0x5000;
+const L1_V: u64 = 0x7000;
+const PRES: u64 = 0x9000;
+const ATT_OUT: u64 = 0xA000;
+const Q_SPM: u32 = 0x400;
+const D_SPM: u32 = 0x1000;
+
+/// Device memory for `attn`: FP16 queries and K/V rows of moderate values (random bytes elsewhere), and
+/// presence bytes of which about one in three is 0.
+fn attn_data(rng: &mut Rng) -> Vec<u8> {
+    let mut d: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
+    let mut put = |d: &mut Vec<u8>, from: u64, bytes: u64, spread: f32, rng: &mut Rng| {
+        for i in (0..bytes).step_by(2) {
+            let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * spread);
+            d[(from + i) as usize..(from + i + 2) as usize].copy_from_slice(&v.to_le_bytes());
+        }
+    };
+    put(&mut d, Q_MEM, 0xF00, 4.0, rng);
+    for region in [L0_K, L0_V, L1_K, L1_V] {
+        put(&mut d, region, 0x2000, 3.0, rng);
+    }
+    for i in 0..0x100 {
+        d[(PRES + i) as usize] = u8::from(rng.below(3) != 0);
+    }
+    d
+}
+
+#[test]
+fn attn_equals_the_functional_simulator() {
+    if !models_or_skip("RTL attn vs functional simulator") {
+        return;
+    }
+    let mut rng = Rng(0x4a7_0003);
+    for case in 0..8 {
+        let d = attn_data(&mut rng);
+        let hd = [16u32, 32, 64][rng.below(3) as usize];
+        let group = 1 + rng.below(if case == 0 { 1 } else { 5 }) as u32;
+        // kvh and head_dim within the history's width (256 FP16 at the sim preset)
+        let kvh = rng.below(u64::from(256 / hd).min(4)) as u32;
+        let len = 1 + rng.below(40) as u32;
+        let stride = hd * 2 / 32 * (1 + rng.below(2) as u32);
+        let head_bytes = group * hd * 2;
+        let scale = (1.0 / (hd as f32).sqrt()).to_bits();
+        // layer 0 with every position present fills the history; layer 1 skips some positions, which the
+        // history serves (the hit counter is compared too)
+        let mut p = format!(
+            "load spm={} mem={} bytes={head_bytes} idx=r0 stride=0\n\
+             csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\ncsrw csr=attn_scale rs=r0 imm={scale}\n\
+             seti rd=r4 imm={len}\n\
+             attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\n\
+             store spm={} mem={} bytes={head_bytes} idx=r0 stride=0\n",
+            Q_SPM / 4,
+            Q_MEM / 32,
+            D_SPM / 4,
+            Q_SPM / 4,
+            L0_K / 32,
+            L0_V / 32,
+            D_SPM / 4,
+            ATT_OUT / 32,
+        );
+        p += &format!(
+            "csrw csr=kv_present rs=r0 imm={}\n\
+             attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\n\
+             store spm={} mem={} bytes={head_bytes} idx=r0 stride=0\nend\n",
+            PRES / 32,
+            D_SPM / 4,
+            Q_SPM / 4,
+            L1_K / 32,
+            L1_V / 32,
+            D_SPM / 4,
+            ATT_OUT / 32 + 0x40,
+        );
+        let cycles = compare_with_func(&p, &d);
+        eprintln!("case {case}: head_dim {hd}, group {group}, kvh {kvh}, {len} positions, kv_stride {stride}: {cycles} cycles");
+    }
+}
+
+#[test]
+fn attn_traps_equal_the_functional_simulator() {
+    if !models_or_skip("RTL attn traps") {
+        return;
+    }
+    let mut rng = Rng(0x4a7_0004);
+    let d = attn_data(&mut rng);
+    let mem_lines = (1u64 << 30) / 32;
+    let ok = "csrw csr=head_dim rs=r0 imm=64\ncsrw csr=kv_stride rs=r0 imm=4\nseti rd=r4 imm=12";
+    for (what, setup, m) in [
+        ("head_dim not a multiple of 16", "csrw csr=head_dim rs=r0 imm=40\nseti rd=r4 imm=12".to_string(), "attn group=2 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180".to_string()),
+        ("group 0", ok.into(), "attn group=0 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180".into()),
+        ("no positions", "csrw csr=head_dim rs=r0 imm=64\nseti rd=r4 imm=0".into(), "attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180".into()),
+        ("destination past the scratchpad", ok.into(), "attn group=3 kvh=0 len=r4 dst=0x3FFD0 q=0x100 k=0x80 v=0x180".into()),
+        ("queries past the scratchpad", ok.into(), "attn group=3 kvh=0 len=r4 dst=0x400 q=0x3FFF0 k=0x80 v=0x180".into()),
+        (
+            "presence bytes past device memory",
+            format!("{ok}\nseti rd=r7 imm={}\ncsrw csr=kv_present rs=r7 imm=0", mem_lines - 0),
+            "attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180".into(),
+        ),
+        // position 7's K row is the first past device memory
+        ("a K row past device memory", ok.into(), format!("attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k={} v=0x180", mem_lines - 30)),
+        ("a V row past device memory", ok.into(), format!("attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v={}", mem_lines - 41)),
+        // an absent position whose KV head does not fit the history's width (5 x 64 > 256)
+        (
+            "an absent position without a history slot",
+            format!("{ok}\ncsrw csr=kv_present rs=r0 imm={}", PRES / 32),
+            "attn group=1 kvh=4 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180".into(),
+        ),
+    ] {
+        let text = format!("{setup}\nseti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
+        compare_with_func(&text, &d);
+        eprintln!("trap equal: {what}");
+    }
+}

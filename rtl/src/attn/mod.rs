@@ -1,29 +1,62 @@
-//! The attention unit (rust-hdl HDL): `kvappend` of docs/isa.md so far; `attn` (the scores, the online
-//! softmax and the KV history buffer) is the next step and is not accepted yet (a program using it stops at
-//! the watchdog).
+//! The attention unit (rust-hdl HDL for the sequencing; the FP32 pipelines in [`lanes`], the scores on the
+//! router's FP16 dot-product datapath, the online-softmax state in the reduction unit): `attn` with the KV
+//! history buffer, and `kvappend`, as docs/isa.md defines them.
 //!
-//! `kvappend` stores one KV head's K and V rows of position `P = r[pos]` from the scratchpad to device memory
-//! (`32 (k + P kv_stride)`, `head_dim` FP16 each: whole lines, since `head_dim` is a multiple of 16) and, when
-//! `kv_present` is not 0xFFFFFFFF, sets presence byte `P` to 1. It is checked before it writes anything, in
-//! the functional simulator's order: the `head_dim` CSR, the two scratchpad spans, the two rows' and the
-//! presence byte's device-memory spans; a violation traps with its code and ERROR_INFO (the first faulting
-//! byte). Then each line is read from the scratchpad and offered to the memory the next cycle: K's lines,
-//! V's, and the presence byte as a one-byte write (in that order, so V wins where the rows overlap, as in the
-//! functional simulator).
+//! **`attn`** is checked first, in the functional simulator's order: the `head_dim` CSR, `group` and
+//! `r[len]`, the destination and query spans in the scratchpad, the presence bytes' span; then every position
+//! before any effect (a present position's K and V rows in device memory, an absent one's history slot).
+//! The common case needs no scan: if the last position's rows are in memory (the rows only move up with the
+//! position) and every position has a history slot (or all are present), nothing can trap; otherwise the
+//! positions are scanned in order, reading the presence bytes, and the first failing one traps
+//! (`MEM_OUT_OF_RANGE` with the first faulting byte, or `HISTORY_OVERFLOW` with the position).
+//!
+//! Then the query heads are read into two buffers (even and odd heads), and per position `t` in order:
+//!
+//! 1. its presence byte (a line of 32 presence bytes is read from device memory when `t` enters it);
+//! 2. **fresh or history**: a present position's K and V lines are requested from device memory (any number
+//!    in flight) and, as they arrive, go to the K and V buffers and, when the slot exists, into history slot
+//!    `t` at offset `kvh x head_dim`; an absent one's lines are read from that slot (`KV_HISTORY_HITS`);
+//! 3. **scores**: the router's datapath takes K against two query heads at a time, 8 columns per cycle
+//!    (`dot_f16`, exact, rounded to FP32), and a lane multiplies by `attn_scale`;
+//! 4. **online softmax**: the reduction unit's state per head gives `c`, `p` (and `l`);
+//! 5. **output update**: 8 lanes compute `o c + p v` (`axpby`) over the head's `head_dim` FP32 outputs, kept
+//!    in an output buffer (0 before position 0).
+//!
+//! At the end `recip(l)` per head, and the lanes compute `o x recip(l)` rounded to FP16 into the scratchpad.
+//! The positions follow each other (a position's fetch waits for the previous one's update): correct first;
+//! overlapping the fetch and scores of the next positions with the softmax and update is the next step.
+//!
+//! **`kvappend`** stores one KV head's K and V rows of position `P = r[pos]` from the scratchpad to device
+//! memory (`32 (k + P kv_stride)`, `head_dim` FP16 each: whole lines, since `head_dim` is a multiple of 16)
+//! and, when `kv_present` is not 0xFFFFFFFF, sets presence byte `P` to 1. It is checked before it writes
+//! anything, in the functional simulator's order: the `head_dim` CSR, the two scratchpad spans, the two
+//! rows' and the presence byte's device-memory spans. Then each line is read from the scratchpad and offered
+//! to the memory the next cycle: K's lines, V's, and the presence byte as a one-byte write (in that order,
+//! so V wins where the rows overlap, as in the functional simulator).
 //!
 //! The unit reads the CSRs `head_dim`, `kv_stride`, `attn_scale` and `kv_present` as the core saw them when
 //! it issued the instruction (the issue queue's auxiliary operand, CSR `c` at bits `32c..32c+32`).
 
+pub mod lanes;
+
 use crate::ctrl::{constant as k, decode};
+use crate::reduce::Reduce;
+use crate::router::Router;
 use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
+use lanes::{AttnLane, AttnRecip, TAG_BITS};
 use opu_hw::isa::Csr;
 use opu_hw::regs::ErrorCode;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 
+/// Line address bits of the KV history buffer (K and V each: `kv_history_slots x kv_history_width / 16`
+/// lines of 16 FP16).
+pub const HIST_LINE_BITS: usize = 16;
+
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum AttnState {
     Idle,
+    // ---- kvappend
     /// `head_dim`; the rows' line addresses.
     Check0,
     /// The K and V sources in the scratchpad.
@@ -38,6 +71,37 @@ pub enum AttnState {
     LineWrite,
     /// The presence byte.
     Mark,
+    // ---- attn
+    /// `head_dim`, `group`, `r[len]`; then the destination, query and presence spans.
+    AChk0,
+    AChk1,
+    AChk2,
+    AChk3,
+    /// The last position's rows; whether a scan is needed.
+    AChk4,
+    AChk5,
+    /// The query heads into their buffers.
+    LoadQ,
+    /// A position (scan or run): its presence line, then what it needs.
+    PosStart,
+    PresReq,
+    PresWait,
+    PosGo,
+    /// A present position's K and V lines from device memory; an absent one's from the history.
+    KvFetch,
+    HistRead,
+    /// The scores, the softmax outputs.
+    Score,
+    ScoreWait,
+    /// The output update; its last results.
+    Update,
+    UpdWait,
+    /// `recip(l)` per head, then the outputs.
+    Recip,
+    Out,
+    OutWait,
+    /// Flushed: memory responses still in flight run out.
+    Drain,
 }
 
 #[derive(LogicBlock)]
@@ -46,8 +110,8 @@ pub struct AttentionUnit {
     pub reset: Signal<In, Bit>,
     pub flush: Signal<In, Bit>,
 
-    // ---- issue (from the core, through the unit's queue): the register operand is `r[pos]`, the auxiliary
-    // operand the CSRs 0..4
+    // ---- issue (from the core, through the unit's queue): the register operand is `r[len]` or `r[pos]`, the
+    // auxiliary operand the CSRs 0..4
     pub iss_valid: Signal<In, Bit>,
     pub iss_ready: Signal<Out, Bit>,
     pub iss_word: Signal<In, Bits<128>>,
@@ -61,13 +125,15 @@ pub struct AttentionUnit {
     pub trap_pc: Signal<Out, Bits<32>>,
     pub trap_info: Signal<Out, Bits<64>>,
 
-    // ---- device memory: line requests (writes so far)
+    // ---- device memory: line requests; read responses in order
     pub m_req: Signal<Out, Bit>,
     pub m_req_ready: Signal<In, Bit>,
     pub m_write: Signal<Out, Bit>,
     pub m_addr: Signal<Out, Bits<64>>,
     pub m_wdata: Signal<Out, Bits<256>>,
     pub m_wmask: Signal<Out, Bits<32>>,
+    pub m_resp: Signal<In, Bit>,
+    pub m_rdata: Signal<In, Bits<256>>,
 
     // ---- the scratchpad's line port (`spm::Scratchpad`)
     pub s_we: Signal<Out, Bits<SPM_BANKS>>,
@@ -76,7 +142,29 @@ pub struct AttentionUnit {
     pub s_raddr: Signal<Out, Bits<SPM_WORD_BITS>>,
     pub s_rdata: Signal<In, Bits<256>>,
 
+    pub bytes_read: Signal<Out, Bits<64>>,
     pub bytes_written: Signal<Out, Bits<64>>,
+    pub macs: Signal<Out, Bits<64>>,
+    pub hits: Signal<Out, Bits<32>>,
+
+    // ---- datapath
+    router: Router,
+    reduce: Reduce,
+    lane: [AttnLane; 8],
+    recip: AttnRecip,
+    /// Query heads (even heads in `qbuf0`, odd in `qbuf1`, `head_dim / 16` lines each), the position's K and V
+    /// lines, the outputs (`head_dim / 8` lines of 8 FP32 per head), `(c, p)`, `l` and `recip(l)` per head.
+    qbuf0: RAM<Bits<256>, 9>,
+    qbuf1: RAM<Bits<256>, 9>,
+    kbuf: RAM<Bits<256>, 6>,
+    vbuf: RAM<Bits<256>, 6>,
+    obuf: RAM<Bits<256>, 11>,
+    cp: RAM<Bits<64>, 4>,
+    lreg: RAM<Bits<32>, 4>,
+    rreg: RAM<Bits<32>, 4>,
+    /// The KV history buffer.
+    hist_k: RAM<Bits<256>, HIST_LINE_BITS>,
+    hist_v: RAM<Bits<256>, HIST_LINE_BITS>,
 
     // ---- the instruction
     state: DFF<AttnState>,
@@ -88,59 +176,162 @@ pub struct AttentionUnit {
     vline: DFF<Bits<32>>,
     hd: DFF<Bits<32>>,
     stride: DFF<Bits<32>>,
+    scale: DFF<Bits<32>>,
     kvp: DFF<Bits<32>>,
+    group: DFF<Bits<4>>,
+    kvh: DFF<Bits<8>>,
+    dst: DFF<Bits<20>>,
+    qsrc: DFF<Bits<20>>,
     /// Line addresses of the K and V rows (`k + P kv_stride`, up to 66 bits) and the presence byte's address.
     krow: DFF<Bits<72>>,
     vrow: DFF<Bits<72>>,
     mark_byte: DFF<Bits<72>>,
-    /// The line being written: its index in the row, V's row after K's.
+    /// kvappend: the line being written, V's row after K's.
     li: DFF<Bits<8>>,
     second: DFF<Bit>,
     trap_r: DFF<Bit>,
     trap_code_r: DFF<Bits<4>>,
     trap_info_r: DFF<Bits<64>>,
+    rd_total: DFF<Bits<64>>,
     wr_total: DFF<Bits<64>>,
+    macs_total: DFF<Bits<64>>,
+    hits_total: DFF<Bits<32>>,
+    outstanding: DFF<Bits<16>>,
+
+    // ---- attn
+    /// Scanning the positions for traps (no effects), or running them.
+    scan: DFF<Bit>,
+    /// `(kvh + 1) x head_dim <= kv_history_width`.
+    width_ok: DFF<Bit>,
+    t: DFF<Bits<32>>,
+    hbase: DFF<Bits<HIST_LINE_BITS>>,
+    pres: DFF<Bits<256>>,
+    pres_line: DFF<Bits<32>>,
+    pres_valid: DFF<Bit>,
+    present: DFF<Bit>,
+    /// The position's history slot exists.
+    slot_r: DFF<Bit>,
+    /// Score passes whose logits came out of the router.
+    dpass: DFF<Bits<4>>,
+    /// Requests and responses of the position's K/V lines; history reads.
+    rq: DFF<Bits<8>>,
+    rs: DFF<Bits<8>>,
+    /// LoadQ: the read's head and line, and the captured one.
+    qg: DFF<Bits<4>>,
+    ql: DFF<Bits<8>>,
+    qcap_v: DFF<Bit>,
+    qcap_g: DFF<Bits<4>>,
+    qcap_l: DFF<Bits<8>>,
+    /// Score: the pass (two heads), its beat, the beat read last cycle; lane 1's score waiting for the softmax.
+    pass: DFF<Bits<4>>,
+    beat: DFF<Bits<8>>,
+    qbase: DFF<Bits<9>>,
+    sc_v: DFF<Bit>,
+    sc_beat: DFF<Bits<8>>,
+    hold_v: DFF<Bit>,
+    hold_row: DFF<Bits<4>>,
+    hold_score: DFF<Bits<32>>,
+    smcnt: DFF<Bits<5>>,
+    /// Update and output: the head, the chunk, the head's first output line, the chunk read last cycle.
+    ug: DFF<Bits<4>>,
+    ui: DFF<Bits<8>>,
+    obase: DFF<Bits<11>>,
+    u_v: DFF<Bit>,
+    u_chunk: DFF<Bits<11>>,
+    u_half: DFF<Bit>,
+    /// The chunk read last cycle is an update (else an output).
+    u_upd: DFF<Bit>,
+    lanes_busy: DFF<Bits<8>>,
+    rwait: DFF<Bits<8>>,
 
     // ---- constants
     spm_bytes: Constant<Bits<32>>,
     mem_bytes: Constant<Bits<72>>,
+    hist_slots: Constant<Bits<32>>,
+    hist_width: Constant<Bits<32>>,
+    hist_w16: Constant<Bits<HIST_LINE_BITS>>,
     op_kvappend: Constant<Bits<8>>,
+    op_attn: Constant<Bits<8>>,
     f_ksrc: Constant<Bits<8>>,
     f_vsrc: Constant<Bits<8>>,
     f_k: Constant<Bits<8>>,
     f_v: Constant<Bits<8>>,
+    f_group: Constant<Bits<8>>,
+    f_kvh: Constant<Bits<8>>,
+    f_dst: Constant<Bits<8>>,
+    f_q: Constant<Bits<8>>,
+    f_ak: Constant<Bits<8>>,
+    f_av: Constant<Bits<8>>,
     csr_hd: Constant<Bits<8>>,
     csr_stride: Constant<Bits<8>>,
+    csr_scale: Constant<Bits<8>>,
     csr_kvp: Constant<Bits<8>>,
     c_bad: Constant<Bits<4>>,
     c_mem: Constant<Bits<4>>,
     c_spm: Constant<Bits<4>>,
+    c_hist: Constant<Bits<4>>,
     ones32: Constant<Bits<32>>,
     u64_max: Constant<Bits<72>>,
+    recip_wait: Constant<Bits<8>>,
 
     // ---- combinational
     opc: Signal<Local, Bits<8>>,
     supported: Signal<Local, Bit>,
+    is_attn: Signal<Local, Bit>,
     raise: Signal<Local, Bit>,
     raise_code: Signal<Local, Bits<4>>,
     raise_info: Signal<Local, Bits<64>>,
     row_bytes: Signal<Local, Bits<32>>,
+    nl: Signal<Local, Bits<8>>,
+    p_a: Signal<Local, Bits<32>>,
     p_ll: Signal<Local, Bits<32>>,
     p_lh: Signal<Local, Bits<32>>,
     p_hl: Signal<Local, Bits<32>>,
     p_hh: Signal<Local, Bits<32>>,
     pstride: Signal<Local, Bits<72>>,
     spm_start: Signal<Local, Bits<32>>,
+    spm_len: Signal<Local, Bits<32>>,
     spm_first: Signal<Local, Bits<64>>,
     mem_start: Signal<Local, Bits<72>>,
     mem_len: Signal<Local, Bits<72>>,
     mem_first: Signal<Local, Bits<64>>,
-    nlines: Signal<Local, Bits<8>>,
+    mem_bad: Signal<Local, Bit>,
     row_line: Signal<Local, Bits<72>>,
+    heads_bytes: Signal<Local, Bits<32>>,
+    pres_need: Signal<Local, Bits<32>>,
+    pres_byte: Signal<Local, Bits<8>>,
+    is_present: Signal<Local, Bit>,
+    slot_ok: Signal<Local, Bit>,
+    pres_sh: Signal<Local, Bits<256>>,
+    kv_line: Signal<Local, Bits<72>>,
+    qwa: Signal<Local, Bits<32>>,
+    beat_l: Signal<Local, Bits<8>>,
+    ui_l: Signal<Local, Bits<8>>,
+    rs_v: Signal<Local, Bits<8>>,
+    hb0: Signal<Local, Bits<32>>,
+    npass: Signal<Local, Bits<4>>,
+    nbeat: Signal<Local, Bits<8>>,
+    nchunk: Signal<Local, Bits<8>>,
+    lane_go: Signal<Local, Bit>,
+    lane_sel: Signal<Local, Bit>,
+    lane_b: Signal<Local, Bits<32>>,
+    lane_c: Signal<Local, Bits<32>>,
+    lane_tag: Signal<Local, Bits<TAG_BITS>>,
+    lane_a: Signal<Local, Bits<256>>,
+    lane_d: Signal<Local, Bits<128>>,
+    out_v: Signal<Local, Bit>,
+    out_kind: Signal<Local, Bits<2>>,
+    out_addr: Signal<Local, Bits<13>>,
+    ys: Signal<Local, Bits<256>>,
+    y16s: Signal<Local, Bits<128>>,
+    next_pos: Signal<Local, Bit>,
 }
 
 impl AttentionUnit {
     pub fn new(config: &OverlayConfig) -> AttentionUnit {
+        if let Err(e) = check_config(config) {
+            panic!("{e}");
+        }
         let f = |m: &str, n: &str| k::<8>(u64::from(decode::field(m, n).offset));
         AttentionUnit {
             clock: Default::default(),
@@ -164,12 +355,31 @@ impl AttentionUnit {
             m_addr: Default::default(),
             m_wdata: Default::default(),
             m_wmask: Default::default(),
+            m_resp: Default::default(),
+            m_rdata: Default::default(),
             s_we: Default::default(),
             s_waddr: Default::default(),
             s_wdata: Default::default(),
             s_raddr: Default::default(),
             s_rdata: Default::default(),
+            bytes_read: Default::default(),
             bytes_written: Default::default(),
+            macs: Default::default(),
+            hits: Default::default(),
+            router: Default::default(),
+            reduce: Default::default(),
+            lane: Default::default(),
+            recip: Default::default(),
+            qbuf0: Default::default(),
+            qbuf1: Default::default(),
+            kbuf: Default::default(),
+            vbuf: Default::default(),
+            obuf: Default::default(),
+            cp: Default::default(),
+            lreg: Default::default(),
+            rreg: Default::default(),
+            hist_k: Default::default(),
+            hist_v: Default::default(),
             state: Default::default(),
             pc: Default::default(),
             pos: Default::default(),
@@ -179,7 +389,12 @@ impl AttentionUnit {
             vline: Default::default(),
             hd: Default::default(),
             stride: Default::default(),
+            scale: Default::default(),
             kvp: Default::default(),
+            group: Default::default(),
+            kvh: Default::default(),
+            dst: Default::default(),
+            qsrc: Default::default(),
             krow: Default::default(),
             vrow: Default::default(),
             mark_byte: Default::default(),
@@ -188,40 +403,124 @@ impl AttentionUnit {
             trap_r: Default::default(),
             trap_code_r: Default::default(),
             trap_info_r: Default::default(),
+            rd_total: Default::default(),
             wr_total: Default::default(),
+            macs_total: Default::default(),
+            hits_total: Default::default(),
+            outstanding: Default::default(),
+            scan: Default::default(),
+            width_ok: Default::default(),
+            t: Default::default(),
+            hbase: Default::default(),
+            pres: Default::default(),
+            pres_line: Default::default(),
+            pres_valid: Default::default(),
+            present: Default::default(),
+            slot_r: Default::default(),
+            dpass: Default::default(),
+            rq: Default::default(),
+            rs: Default::default(),
+            qg: Default::default(),
+            ql: Default::default(),
+            qcap_v: Default::default(),
+            qcap_g: Default::default(),
+            qcap_l: Default::default(),
+            pass: Default::default(),
+            beat: Default::default(),
+            qbase: Default::default(),
+            sc_v: Default::default(),
+            sc_beat: Default::default(),
+            hold_v: Default::default(),
+            hold_row: Default::default(),
+            hold_score: Default::default(),
+            smcnt: Default::default(),
+            ug: Default::default(),
+            ui: Default::default(),
+            obase: Default::default(),
+            u_v: Default::default(),
+            u_chunk: Default::default(),
+            u_half: Default::default(),
+            u_upd: Default::default(),
+            lanes_busy: Default::default(),
+            rwait: Default::default(),
             spm_bytes: k(u64::from(config.scratchpad_bytes)),
             mem_bytes: k(config.device_memory_bytes),
+            hist_slots: k(u64::from(config.kv_history_slots)),
+            hist_width: k(u64::from(config.kv_history_width)),
+            hist_w16: k(u64::from(config.kv_history_width / 16)),
             op_kvappend: k(u64::from(decode::opcode("kvappend"))),
+            op_attn: k(u64::from(decode::opcode("attn"))),
             f_ksrc: f("kvappend", "ksrc"),
             f_vsrc: f("kvappend", "vsrc"),
             f_k: f("kvappend", "k"),
             f_v: f("kvappend", "v"),
+            f_group: f("attn", "group"),
+            f_kvh: f("attn", "kvh"),
+            f_dst: f("attn", "dst"),
+            f_q: f("attn", "q"),
+            f_ak: f("attn", "k"),
+            f_av: f("attn", "v"),
             csr_hd: k(32 * Csr::HeadDim as u64),
             csr_stride: k(32 * Csr::KvStride as u64),
+            csr_scale: k(32 * Csr::AttnScale as u64),
             csr_kvp: k(32 * Csr::KvPresent as u64),
             c_bad: k(ErrorCode::BadOperand as u64),
             c_mem: k(ErrorCode::MemOutOfRange as u64),
             c_spm: k(ErrorCode::ScratchpadOutOfRange as u64),
+            c_hist: k(ErrorCode::HistoryOverflow as u64),
             ones32: k(0xFFFF_FFFF),
             u64_max: k(u64::MAX),
+            recip_wait: k(lanes::attn_recip_latency() as u64 + 1),
             opc: Default::default(),
             supported: Default::default(),
+            is_attn: Default::default(),
             raise: Default::default(),
             raise_code: Default::default(),
             raise_info: Default::default(),
             row_bytes: Default::default(),
+            nl: Default::default(),
+            p_a: Default::default(),
             p_ll: Default::default(),
             p_lh: Default::default(),
             p_hl: Default::default(),
             p_hh: Default::default(),
             pstride: Default::default(),
             spm_start: Default::default(),
+            spm_len: Default::default(),
             spm_first: Default::default(),
             mem_start: Default::default(),
             mem_len: Default::default(),
             mem_first: Default::default(),
-            nlines: Default::default(),
+            mem_bad: Default::default(),
             row_line: Default::default(),
+            heads_bytes: Default::default(),
+            pres_need: Default::default(),
+            pres_byte: Default::default(),
+            is_present: Default::default(),
+            slot_ok: Default::default(),
+            pres_sh: Default::default(),
+            kv_line: Default::default(),
+            qwa: Default::default(),
+            beat_l: Default::default(),
+            ui_l: Default::default(),
+            rs_v: Default::default(),
+            hb0: Default::default(),
+            npass: Default::default(),
+            nbeat: Default::default(),
+            nchunk: Default::default(),
+            lane_go: Default::default(),
+            lane_sel: Default::default(),
+            lane_b: Default::default(),
+            lane_c: Default::default(),
+            lane_tag: Default::default(),
+            lane_a: Default::default(),
+            lane_d: Default::default(),
+            out_v: Default::default(),
+            out_kind: Default::default(),
+            out_addr: Default::default(),
+            ys: Default::default(),
+            y16s: Default::default(),
+            next_pos: Default::default(),
         }
     }
 }
@@ -230,13 +529,54 @@ impl Logic for AttentionUnit {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, state, pc, pos, ksrc, vsrc, kline, vline, hd, stride, kvp, krow, vrow, mark_byte, li, second,
-            trap_r, trap_code_r, trap_info_r, wr_total
+            self, clock, state, pc, pos, ksrc, vsrc, kline, vline, hd, stride, scale, kvp, group, kvh, dst, qsrc, krow,
+            vrow, mark_byte, li, second, trap_r, trap_code_r, trap_info_r, rd_total, wr_total, macs_total, hits_total,
+            outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, present, slot_r, dpass, rq, rs, qg, ql,
+            qcap_v, qcap_g, qcap_l, pass, beat, qbase, sc_v, sc_beat, hold_v, hold_row, hold_score, smcnt, ug, ui,
+            obase, u_v, u_chunk, u_half, u_upd, lanes_busy, rwait
         );
+        self.router.clock.next = self.clock.val();
+        self.router.reset.next = self.reset.val() | self.flush.val();
+        self.reduce.clock.next = self.clock.val();
+        self.reduce.reset.next = self.reset.val() | self.flush.val();
+        // the reduction unit's sum of squares is not used here (RED has its own file)
+        self.reduce.sq_valid.next = false;
+        self.reduce.sq_clear.next = false;
+        self.reduce.sq_x.next = 0.into();
+        self.recip.clock.next = self.clock.val();
+        self.lane[0].clock.next = self.clock.val();
+        self.lane[1].clock.next = self.clock.val();
+        self.lane[2].clock.next = self.clock.val();
+        self.lane[3].clock.next = self.clock.val();
+        self.lane[4].clock.next = self.clock.val();
+        self.lane[5].clock.next = self.clock.val();
+        self.lane[6].clock.next = self.clock.val();
+        self.lane[7].clock.next = self.clock.val();
+        self.qbuf0.read_clock.next = self.clock.val();
+        self.qbuf0.write_clock.next = self.clock.val();
+        self.qbuf1.read_clock.next = self.clock.val();
+        self.qbuf1.write_clock.next = self.clock.val();
+        self.kbuf.read_clock.next = self.clock.val();
+        self.kbuf.write_clock.next = self.clock.val();
+        self.vbuf.read_clock.next = self.clock.val();
+        self.vbuf.write_clock.next = self.clock.val();
+        self.obuf.read_clock.next = self.clock.val();
+        self.obuf.write_clock.next = self.clock.val();
+        self.cp.read_clock.next = self.clock.val();
+        self.cp.write_clock.next = self.clock.val();
+        self.lreg.read_clock.next = self.clock.val();
+        self.lreg.write_clock.next = self.clock.val();
+        self.rreg.read_clock.next = self.clock.val();
+        self.rreg.write_clock.next = self.clock.val();
+        self.hist_k.read_clock.next = self.clock.val();
+        self.hist_k.write_clock.next = self.clock.val();
+        self.hist_v.read_clock.next = self.clock.val();
+        self.hist_v.write_clock.next = self.clock.val();
 
-        // ---- issue: kvappend (attn is not built yet)
+        // ---- issue
         self.opc.next = self.iss_word.val().get_bits::<8>(0);
-        self.supported.next = self.opc.val() == self.op_kvappend.val();
+        self.is_attn.next = self.opc.val() == self.op_attn.val();
+        self.supported.next = (self.opc.val() == self.op_kvappend.val()) | self.is_attn.val();
         self.idle.next = self.state.q.val() == AttnState::Idle;
         self.iss_ready.next = (self.state.q.val() == AttnState::Idle) & self.supported.val() & !self.trap_r.q.val();
         self.progress.next = false;
@@ -245,11 +585,18 @@ impl Logic for AttentionUnit {
         self.trap_code.next = self.trap_code_r.q.val();
         self.trap_pc.next = self.pc.q.val();
         self.trap_info.next = self.trap_info_r.q.val();
+        self.bytes_read.next = self.rd_total.q.val();
         self.bytes_written.next = self.wr_total.q.val();
+        self.macs.next = self.macs_total.q.val();
+        self.hits.next = self.hits_total.q.val();
 
-        // ---- address arithmetic: P x kv_stride in 64 bits from four 16 x 16 products
+        // ---- sizes and address arithmetic: `pos` x kv_stride in 64 bits from four 16 x 16 products
         self.row_bytes.next = self.hd.q.val() << 1;
-        self.nlines.next = self.hd.q.val().get_bits::<8>(4);
+        self.nl.next = self.hd.q.val().get_bits::<8>(4);
+        self.nbeat.next = self.nl.val() << 1;
+        self.nchunk.next = self.nl.val() << 1;
+        self.npass.next = (self.group.q.val() + 1) >> 1;
+        self.heads_bytes.next = (bit_cast::<16, 4>(self.group.q.val()) * self.hd.q.val().get_bits::<16>(0)) << 1;
         self.p_ll.next = self.pos.q.val().get_bits::<16>(0) * self.stride.q.val().get_bits::<16>(0);
         self.p_lh.next = self.pos.q.val().get_bits::<16>(0) * self.stride.q.val().get_bits::<16>(16);
         self.p_hl.next = self.pos.q.val().get_bits::<16>(16) * self.stride.q.val().get_bits::<16>(0);
@@ -258,15 +605,26 @@ impl Logic for AttentionUnit {
             + (bit_cast::<72, 32>(self.p_lh.val()) << 16)
             + (bit_cast::<72, 32>(self.p_hl.val()) << 16)
             + (bit_cast::<72, 32>(self.p_hh.val()) << 32);
+        self.p_a.next = (bit_cast::<16, 8>(self.kvh.q.val()) + 1) * self.hd.q.val().get_bits::<16>(0);
+        self.hb0.next = bit_cast::<16, 8>(self.kvh.q.val()) * bit_cast::<16, 8>(self.nl.val());
 
-        // ---- span checks: the scratchpad span of Check1/Check2, the memory span of Check3..5, and their
-        // first faulting bytes as the functional simulator reports them
+        // ---- span checks: the scratchpad span and the memory span of the state, their first faulting bytes
+        // as the functional simulator reports them
         self.raise.next = false;
         self.raise_code.next = self.c_bad.val();
         self.raise_info.next = 0.into();
         self.spm_start.next = bit_cast::<32, 20>(self.ksrc.q.val()) << 2;
+        self.spm_len.next = self.row_bytes.val();
         if self.state.q.val() == AttnState::Check2 {
             self.spm_start.next = bit_cast::<32, 20>(self.vsrc.q.val()) << 2;
+        }
+        if self.state.q.val() == AttnState::AChk1 {
+            self.spm_start.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
+            self.spm_len.next = self.heads_bytes.val();
+        }
+        if self.state.q.val() == AttnState::AChk2 {
+            self.spm_start.next = bit_cast::<32, 20>(self.qsrc.q.val()) << 2;
+            self.spm_len.next = self.heads_bytes.val();
         }
         self.spm_first.next = bit_cast::<64, 32>(self.spm_start.val());
         if self.spm_start.val() < self.spm_bytes.val() {
@@ -274,13 +632,18 @@ impl Logic for AttentionUnit {
         }
         self.mem_start.next = self.krow.q.val() << 5;
         self.mem_len.next = bit_cast::<72, 32>(self.row_bytes.val());
-        if self.state.q.val() == AttnState::Check4 {
+        if (self.state.q.val() == AttnState::Check4) | (self.second.q.val() & (self.state.q.val() == AttnState::PosGo)) {
             self.mem_start.next = self.vrow.q.val() << 5;
         }
         if self.state.q.val() == AttnState::Check5 {
             self.mem_start.next = self.mark_byte.q.val();
             self.mem_len.next = 1.into();
         }
+        if self.state.q.val() == AttnState::AChk3 {
+            self.mem_start.next = bit_cast::<72, 32>(self.kvp.q.val()) << 5;
+            self.mem_len.next = bit_cast::<72, 32>(self.t.q.val());
+        }
+        self.mem_bad.next = self.mem_start.val() + self.mem_len.val() > self.mem_bytes.val();
         self.mem_first.next = self.mem_bytes.val().get_bits::<64>(0);
         if self.mem_start.val() >= self.mem_bytes.val() {
             self.mem_first.next = self.mem_start.val().get_bits::<64>(0);
@@ -289,42 +652,313 @@ impl Logic for AttentionUnit {
             }
         }
 
-        // ---- the memory and the scratchpad: a row line read the cycle before it is offered
+        // ---- the position: its presence byte, its history slot
+        self.pres_need.next = self.t.q.val() >> 5;
+        self.pres_sh.next = self.pres.q.val() >> (bit_cast::<9, 5>(self.t.q.val().get_bits::<5>(0)) << 3);
+        self.pres_byte.next = self.pres_sh.val().get_bits::<8>(0);
+        self.is_present.next = (self.kvp.q.val() == self.ones32.val()) | (self.pres_byte.val() != 0);
+        self.slot_ok.next = (self.t.q.val() < self.hist_slots.val()) & self.width_ok.q.val();
+        self.next_pos.next = false;
+
+        // ---- memory and scratchpad defaults: kvappend's row line, read the cycle before it is offered
+        self.kv_line.next = self.krow.q.val() + bit_cast::<72, 8>(self.rq.q.val());
+        if self.rq.q.val() >= self.nl.val() {
+            self.kv_line.next = self.vrow.q.val() + bit_cast::<72, 8>(self.rq.q.val() - self.nl.val());
+        }
         self.row_line.next = self.krow.q.val() + bit_cast::<72, 8>(self.li.q.val());
         self.s_raddr.next = self.ksrc.q.val() + (bit_cast::<20, 8>(self.li.q.val()) << 3);
         if self.second.q.val() {
             self.row_line.next = self.vrow.q.val() + bit_cast::<72, 8>(self.li.q.val());
             self.s_raddr.next = self.vsrc.q.val() + (bit_cast::<20, 8>(self.li.q.val()) << 3);
         }
+        if self.state.q.val() == AttnState::LoadQ {
+            self.s_raddr.next = self.qsrc.q.val()
+                + (bit_cast::<20, 32>(bit_cast::<16, 4>(self.qg.q.val()) * bit_cast::<16, 8>(self.nl.val()) + bit_cast::<32, 8>(self.ql.q.val())) << 3);
+        }
         self.s_we.next = 0.into();
         self.s_waddr.next = 0.into();
         self.s_wdata.next = 0.into();
         self.m_req.next = false;
-        self.m_write.next = true;
+        self.m_write.next = (self.state.q.val() == AttnState::LineWrite) | (self.state.q.val() == AttnState::Mark);
         self.m_addr.next = self.row_line.val().get_bits::<64>(0);
+        if self.state.q.val() == AttnState::PresReq {
+            self.m_addr.next = bit_cast::<64, 32>(self.kvp.q.val()) + bit_cast::<64, 32>(self.pres_need.val());
+        }
+        if self.state.q.val() == AttnState::KvFetch {
+            self.m_addr.next = self.kv_line.val().get_bits::<64>(0);
+        }
         self.m_wdata.next = self.s_rdata.val();
         self.m_wmask.next = self.ones32.val();
+
+        // ---- RAM defaults
+        self.qbuf0.write_enable.next = false;
+        self.qbuf1.write_enable.next = false;
+        self.qwa.next = (bit_cast::<16, 3>(self.qcap_g.q.val().get_bits::<3>(1)) * bit_cast::<16, 8>(self.nl.val())) + bit_cast::<32, 8>(self.qcap_l.q.val());
+        self.qbuf0.write_address.next = self.qwa.val().get_bits::<9>(0);
+        self.qbuf1.write_address.next = self.qbuf0.write_address.val();
+        self.qbuf0.write_data.next = self.s_rdata.val();
+        self.qbuf1.write_data.next = self.s_rdata.val();
+        self.qbuf0.read_address.next = self.qbase.q.val() + bit_cast::<9, 8>(self.beat.q.val() >> 1);
+        self.qbuf1.read_address.next = self.qbase.q.val() + bit_cast::<9, 8>(self.beat.q.val() >> 1);
+        self.beat_l.next = self.beat.q.val() >> 1;
+        self.kbuf.read_address.next = self.beat_l.val().get_bits::<6>(0);
+        self.kbuf.write_enable.next = false;
+        self.kbuf.write_address.next = self.rs.q.val().get_bits::<6>(0);
+        self.kbuf.write_data.next = self.m_rdata.val();
+        self.ui_l.next = self.ui.q.val() >> 1;
+        self.vbuf.read_address.next = self.ui_l.val().get_bits::<6>(0);
+        self.vbuf.write_enable.next = false;
+        self.rs_v.next = self.rs.q.val() - self.nl.val();
+        self.vbuf.write_address.next = self.rs_v.val().get_bits::<6>(0);
+        self.vbuf.write_data.next = self.m_rdata.val();
+        self.hist_k.read_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rq.q.val());
+        self.hist_v.read_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rq.q.val());
+        self.hist_k.write_enable.next = false;
+        self.hist_v.write_enable.next = false;
+        self.hist_k.write_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rs.q.val());
+        self.hist_v.write_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rs.q.val() - self.nl.val());
+        self.hist_k.write_data.next = self.m_rdata.val();
+        self.hist_v.write_data.next = self.m_rdata.val();
+        self.obuf.read_address.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
+        self.obuf.write_enable.next = false;
+        self.obuf.write_address.next = 0.into();
+        self.obuf.write_data.next = 0.into();
+        self.cp.read_address.next = self.ug.q.val();
+        self.cp.write_enable.next = false;
+        self.cp.write_address.next = self.reduce.sm_out_row.val();
+        self.cp.write_data.next = bit_cast::<64, 32>(self.reduce.sm_c.val()) | (bit_cast::<64, 32>(self.reduce.sm_p.val()) << 32);
+        self.lreg.read_address.next = self.ug.q.val();
+        self.lreg.write_enable.next = false;
+        self.lreg.write_address.next = self.reduce.sm_out_row.val();
+        self.lreg.write_data.next = self.reduce.sm_l.val();
+        self.rreg.read_address.next = self.ug.q.val();
+        self.rreg.write_enable.next = false;
+        self.rreg.write_address.next = self.ug.q.val();
+        self.rreg.write_data.next = self.recip.y.val();
+        self.recip.x.next = self.lreg.read_data.val();
+
+        // ---- captures: the query lines (LoadQ), the history lines of an absent position (HistRead)
+        self.qcap_v.d.next = false;
+        if self.qcap_v.q.val() {
+            if self.state.q.val() == AttnState::HistRead {
+                self.kbuf.write_enable.next = true;
+                self.kbuf.write_address.next = self.qcap_l.q.val().get_bits::<6>(0);
+                self.kbuf.write_data.next = self.hist_k.read_data.val();
+                self.vbuf.write_enable.next = true;
+                self.vbuf.write_address.next = self.qcap_l.q.val().get_bits::<6>(0);
+                self.vbuf.write_data.next = self.hist_v.read_data.val();
+            } else {
+                self.qbuf0.write_enable.next = !self.qcap_g.q.val().get_bit(0);
+                self.qbuf1.write_enable.next = self.qcap_g.q.val().get_bit(0);
+            }
+        }
+
+        // ---- the router: a beat read from the buffers last cycle
+        self.router.valid.next = self.sc_v.q.val();
+        self.router.first.next = self.sc_beat.q.val() == 0;
+        self.router.last.next = self.sc_beat.q.val() + 1 == self.nbeat.val();
+        self.router.x.next = self.kbuf.read_data.val().get_bits::<128>(0);
+        self.router.w0.next = self.qbuf0.read_data.val().get_bits::<128>(0);
+        self.router.w1.next = self.qbuf1.read_data.val().get_bits::<128>(0);
+        if self.sc_beat.q.val().get_bit(0) {
+            self.router.x.next = self.kbuf.read_data.val().get_bits::<128>(128);
+            self.router.w0.next = self.qbuf0.read_data.val().get_bits::<128>(128);
+            self.router.w1.next = self.qbuf1.read_data.val().get_bits::<128>(128);
+        }
+        self.router.b0.next = 0.into();
+        self.router.b1.next = 0.into();
+        self.sc_v.d.next = false;
+
+        // ---- the lanes: a score pair to scale, an update chunk or an output chunk read last cycle
+        self.lane_go.next = false;
+        self.lane_sel.next = true;
+        self.lane_a.next = bit_cast::<256, 32>(self.router.l0.val()) | (bit_cast::<256, 32>(self.router.l1.val()) << 32);
+        self.lane_b.next = self.scale.q.val();
+        self.lane_c.next = 0.into();
+        self.lane_d.next = 0.into();
+        // tag: valid (15), kind (14:13: 0 update, 1 score, 2 output), the row or the output line (12:0)
+        self.lane_tag.next = bits::<TAG_BITS>(0x8000) | bits::<TAG_BITS>(0x2000) | (bit_cast::<TAG_BITS, 4>(self.dpass.q.val()) << 1);
+        if self.router.done.val() {
+            self.lane_go.next = true;
+        }
+        if self.u_v.q.val() {
+            self.lane_go.next = true;
+            self.lane_a.next = self.obuf.read_data.val();
+            self.lane_tag.next = bits::<TAG_BITS>(0x8000) | bit_cast::<TAG_BITS, 11>(self.u_chunk.q.val());
+            if self.u_upd.q.val() {
+                self.lane_sel.next = false;
+                self.lane_b.next = self.cp.read_data.val().get_bits::<32>(0);
+                self.lane_c.next = self.cp.read_data.val().get_bits::<32>(32);
+                self.lane_d.next = self.vbuf.read_data.val().get_bits::<128>(0);
+                if self.u_half.q.val() {
+                    self.lane_d.next = self.vbuf.read_data.val().get_bits::<128>(128);
+                }
+                if self.t.q.val() == 0 {
+                    // the outputs start at 0
+                    self.lane_a.next = 0.into();
+                }
+            } else {
+                self.lane_b.next = self.rreg.read_data.val();
+                self.lane_tag.next = bits::<TAG_BITS>(0xC000) | bit_cast::<TAG_BITS, 11>(self.u_chunk.q.val());
+            }
+        }
+        self.lane[0].sel.next = self.lane_sel.val();
+        self.lane[1].sel.next = self.lane_sel.val();
+        self.lane[2].sel.next = self.lane_sel.val();
+        self.lane[3].sel.next = self.lane_sel.val();
+        self.lane[4].sel.next = self.lane_sel.val();
+        self.lane[5].sel.next = self.lane_sel.val();
+        self.lane[6].sel.next = self.lane_sel.val();
+        self.lane[7].sel.next = self.lane_sel.val();
+        self.lane[0].a.next = self.lane_a.val().get_bits::<32>(0);
+        self.lane[1].a.next = self.lane_a.val().get_bits::<32>(32);
+        self.lane[2].a.next = self.lane_a.val().get_bits::<32>(64);
+        self.lane[3].a.next = self.lane_a.val().get_bits::<32>(96);
+        self.lane[4].a.next = self.lane_a.val().get_bits::<32>(128);
+        self.lane[5].a.next = self.lane_a.val().get_bits::<32>(160);
+        self.lane[6].a.next = self.lane_a.val().get_bits::<32>(192);
+        self.lane[7].a.next = self.lane_a.val().get_bits::<32>(224);
+        self.lane[0].b.next = self.lane_b.val();
+        self.lane[1].b.next = self.lane_b.val();
+        self.lane[2].b.next = self.lane_b.val();
+        self.lane[3].b.next = self.lane_b.val();
+        self.lane[4].b.next = self.lane_b.val();
+        self.lane[5].b.next = self.lane_b.val();
+        self.lane[6].b.next = self.lane_b.val();
+        self.lane[7].b.next = self.lane_b.val();
+        self.lane[0].c.next = self.lane_c.val();
+        self.lane[1].c.next = self.lane_c.val();
+        self.lane[2].c.next = self.lane_c.val();
+        self.lane[3].c.next = self.lane_c.val();
+        self.lane[4].c.next = self.lane_c.val();
+        self.lane[5].c.next = self.lane_c.val();
+        self.lane[6].c.next = self.lane_c.val();
+        self.lane[7].c.next = self.lane_c.val();
+        self.lane[0].d.next = self.lane_d.val().get_bits::<16>(0);
+        self.lane[1].d.next = self.lane_d.val().get_bits::<16>(16);
+        self.lane[2].d.next = self.lane_d.val().get_bits::<16>(32);
+        self.lane[3].d.next = self.lane_d.val().get_bits::<16>(48);
+        self.lane[4].d.next = self.lane_d.val().get_bits::<16>(64);
+        self.lane[5].d.next = self.lane_d.val().get_bits::<16>(80);
+        self.lane[6].d.next = self.lane_d.val().get_bits::<16>(96);
+        self.lane[7].d.next = self.lane_d.val().get_bits::<16>(112);
+        self.lane[0].tag.next = 0.into();
+        self.lane[1].tag.next = 0.into();
+        self.lane[2].tag.next = 0.into();
+        self.lane[3].tag.next = 0.into();
+        self.lane[4].tag.next = 0.into();
+        self.lane[5].tag.next = 0.into();
+        self.lane[6].tag.next = 0.into();
+        self.lane[7].tag.next = 0.into();
+        if self.lane_go.val() {
+            self.lane[0].tag.next = self.lane_tag.val();
+            // a score pass's second head, when the group has it
+            if self.router.done.val() & ((bit_cast::<5, 4>(self.dpass.q.val()) << 1) + 1 < bit_cast::<5, 4>(self.group.q.val())) {
+                self.lane[1].tag.next = self.lane_tag.val() + 1;
+            }
+        }
+        if self.router.done.val() {
+            self.dpass.d.next = self.dpass.q.val() + 1;
+        }
+
+        // ---- the lanes' results (lane 0's tag says what they are)
+        self.out_v.next = self.lane[0].tag_o.val().get_bit(15);
+        self.out_kind.next = self.lane[0].tag_o.val().get_bits::<2>(13);
+        self.out_addr.next = self.lane[0].tag_o.val().get_bits::<13>(0);
+        self.ys.next = bit_cast::<256, 32>(self.lane[0].y.val())
+            | (bit_cast::<256, 32>(self.lane[1].y.val()) << 32)
+            | (bit_cast::<256, 32>(self.lane[2].y.val()) << 64)
+            | (bit_cast::<256, 32>(self.lane[3].y.val()) << 96)
+            | (bit_cast::<256, 32>(self.lane[4].y.val()) << 128)
+            | (bit_cast::<256, 32>(self.lane[5].y.val()) << 160)
+            | (bit_cast::<256, 32>(self.lane[6].y.val()) << 192)
+            | (bit_cast::<256, 32>(self.lane[7].y.val()) << 224);
+        self.y16s.next = bit_cast::<128, 16>(self.lane[0].y16.val())
+            | (bit_cast::<128, 16>(self.lane[1].y16.val()) << 16)
+            | (bit_cast::<128, 16>(self.lane[2].y16.val()) << 32)
+            | (bit_cast::<128, 16>(self.lane[3].y16.val()) << 48)
+            | (bit_cast::<128, 16>(self.lane[4].y16.val()) << 64)
+            | (bit_cast::<128, 16>(self.lane[5].y16.val()) << 80)
+            | (bit_cast::<128, 16>(self.lane[6].y16.val()) << 96)
+            | (bit_cast::<128, 16>(self.lane[7].y16.val()) << 112);
+        // scores into the softmax (a pass's second one the next cycle)
+        self.reduce.sm_valid.next = false;
+        self.reduce.sm_start.next = self.t.q.val() == 0;
+        self.reduce.sm_row.next = self.out_addr.val().get_bits::<4>(0);
+        self.reduce.score.next = self.lane[0].y.val();
+        self.hold_v.d.next = false;
+        if self.hold_v.q.val() {
+            self.reduce.sm_valid.next = true;
+            self.reduce.sm_row.next = self.hold_row.q.val();
+            self.reduce.score.next = self.hold_score.q.val();
+        }
+        if self.out_v.val() {
+            if self.out_kind.val() == 1 {
+                self.reduce.sm_valid.next = true;
+                self.hold_v.d.next = self.lane[1].tag_o.val().get_bit(15);
+                self.hold_row.d.next = self.lane[1].tag_o.val().get_bits::<4>(0);
+                self.hold_score.d.next = self.lane[1].y.val();
+            }
+            if self.out_kind.val() == 0 {
+                self.obuf.write_enable.next = true;
+                self.obuf.write_address.next = self.out_addr.val().get_bits::<11>(0);
+                self.obuf.write_data.next = self.ys.val();
+            }
+            if self.out_kind.val() == 2 {
+                // output line c of the heads: 8 FP16 at scratchpad word dst + 4c
+                self.s_we.next = 15.into();
+                self.s_waddr.next = self.dst.q.val() + (bit_cast::<20, 13>(self.out_addr.val()) << 2);
+                self.s_wdata.next = bit_cast::<256, 128>(self.y16s.val());
+            }
+        }
+        if self.reduce.sm_out.val() {
+            self.cp.write_enable.next = true;
+            self.lreg.write_enable.next = true;
+            self.smcnt.d.next = self.smcnt.q.val() + 1;
+        }
+        if self.lane_go.val() & !self.out_v.val() {
+            self.lanes_busy.d.next = self.lanes_busy.q.val() + 1;
+        }
+        if !self.lane_go.val() & self.out_v.val() {
+            self.lanes_busy.d.next = self.lanes_busy.q.val() - 1;
+        }
+        self.u_v.d.next = false;
 
         match self.state.q.val() {
             AttnState::Idle => {
                 if self.iss_valid.val() & self.supported.val() & !self.trap_r.q.val() {
                     self.pc.d.next = self.iss_pc.val();
                     self.pos.d.next = self.iss_reg.val();
+                    self.t.d.next = self.iss_reg.val();
                     self.ksrc.d.next = self.iss_word.val().get_bits::<20>(self.f_ksrc.val().index());
                     self.vsrc.d.next = self.iss_word.val().get_bits::<20>(self.f_vsrc.val().index());
                     self.kline.d.next = self.iss_word.val().get_bits::<32>(self.f_k.val().index());
                     self.vline.d.next = self.iss_word.val().get_bits::<32>(self.f_v.val().index());
                     self.hd.d.next = self.iss_aux.val().get_bits::<32>(self.csr_hd.val().index());
                     self.stride.d.next = self.iss_aux.val().get_bits::<32>(self.csr_stride.val().index());
+                    self.scale.d.next = self.iss_aux.val().get_bits::<32>(self.csr_scale.val().index());
                     self.kvp.d.next = self.iss_aux.val().get_bits::<32>(self.csr_kvp.val().index());
                     self.state.d.next = AttnState::Check0;
+                    if self.is_attn.val() {
+                        // `t` holds r[len] for the checks; `pos` becomes len - 1 (the last position)
+                        self.group.d.next = self.iss_word.val().get_bits::<4>(self.f_group.val().index());
+                        self.kvh.d.next = self.iss_word.val().get_bits::<8>(self.f_kvh.val().index());
+                        self.dst.d.next = self.iss_word.val().get_bits::<20>(self.f_dst.val().index());
+                        self.qsrc.d.next = self.iss_word.val().get_bits::<20>(self.f_q.val().index());
+                        self.kline.d.next = self.iss_word.val().get_bits::<32>(self.f_ak.val().index());
+                        self.vline.d.next = self.iss_word.val().get_bits::<32>(self.f_av.val().index());
+                        self.pos.d.next = self.iss_reg.val() - 1;
+                        self.state.d.next = AttnState::AChk0;
+                    }
                 }
             }
+            // ---- kvappend
             AttnState::Check0 => {
                 // the head_dim CSR: a multiple of 16 in 16..=1008
                 self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val()) + self.pstride.val();
                 self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
                 self.mark_byte.d.next = (bit_cast::<72, 32>(self.kvp.q.val()) << 5) + bit_cast::<72, 32>(self.pos.q.val());
+                self.second.d.next = false;
                 self.state.d.next = AttnState::Check1;
                 if (self.hd.q.val() == 0) | (self.hd.q.val().get_bits::<4>(0) != 0) | (self.hd.q.val() > 1023) {
                     self.raise.next = true;
@@ -332,7 +966,7 @@ impl Logic for AttentionUnit {
             }
             AttnState::Check1 => {
                 self.state.d.next = AttnState::Check2;
-                if self.spm_start.val() + self.row_bytes.val() > self.spm_bytes.val() {
+                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
                     self.raise.next = true;
                     self.raise_code.next = self.c_spm.val();
                     self.raise_info.next = self.spm_first.val();
@@ -340,7 +974,7 @@ impl Logic for AttentionUnit {
             }
             AttnState::Check2 => {
                 self.state.d.next = AttnState::Check3;
-                if self.spm_start.val() + self.row_bytes.val() > self.spm_bytes.val() {
+                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
                     self.raise.next = true;
                     self.raise_code.next = self.c_spm.val();
                     self.raise_info.next = self.spm_first.val();
@@ -348,7 +982,7 @@ impl Logic for AttentionUnit {
             }
             AttnState::Check3 => {
                 self.state.d.next = AttnState::Check4;
-                if self.mem_start.val() + self.mem_len.val() > self.mem_bytes.val() {
+                if self.mem_bad.val() {
                     self.raise.next = true;
                     self.raise_code.next = self.c_mem.val();
                     self.raise_info.next = self.mem_first.val();
@@ -356,7 +990,7 @@ impl Logic for AttentionUnit {
             }
             AttnState::Check4 => {
                 self.state.d.next = AttnState::Check5;
-                if self.mem_start.val() + self.mem_len.val() > self.mem_bytes.val() {
+                if self.mem_bad.val() {
                     self.raise.next = true;
                     self.raise_code.next = self.c_mem.val();
                     self.raise_info.next = self.mem_first.val();
@@ -365,8 +999,7 @@ impl Logic for AttentionUnit {
             AttnState::Check5 => {
                 self.state.d.next = AttnState::LineRead;
                 self.li.d.next = 0.into();
-                self.second.d.next = false;
-                if (self.kvp.q.val() != self.ones32.val()) & (self.mem_start.val() + self.mem_len.val() > self.mem_bytes.val()) {
+                if (self.kvp.q.val() != self.ones32.val()) & self.mem_bad.val() {
                     self.raise.next = true;
                     self.raise_code.next = self.c_mem.val();
                     self.raise_info.next = self.mem_first.val();
@@ -381,7 +1014,7 @@ impl Logic for AttentionUnit {
                     self.progress.next = true;
                     self.li.d.next = self.li.q.val() + 1;
                     self.state.d.next = AttnState::LineRead;
-                    if self.li.q.val() + 1 == self.nlines.val() {
+                    if self.li.q.val() + 1 == self.nl.val() {
                         self.li.d.next = 0.into();
                         self.second.d.next = true;
                         self.wr_total.d.next = self.wr_total.q.val() + bit_cast::<64, 32>(self.row_bytes.val());
@@ -406,6 +1039,302 @@ impl Logic for AttentionUnit {
                     self.state.d.next = AttnState::Idle;
                 }
             }
+            // ---- attn: checks
+            AttnState::AChk0 => {
+                self.state.d.next = AttnState::AChk1;
+                if (self.hd.q.val() == 0)
+                    | (self.hd.q.val().get_bits::<4>(0) != 0)
+                    | (self.hd.q.val() > 1023)
+                    | (self.group.q.val() == 0)
+                    | (self.t.q.val() == 0)
+                {
+                    self.raise.next = true;
+                }
+            }
+            AttnState::AChk1 => {
+                self.state.d.next = AttnState::AChk2;
+                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
+                    self.raise.next = true;
+                    self.raise_code.next = self.c_spm.val();
+                    self.raise_info.next = self.spm_first.val();
+                }
+            }
+            AttnState::AChk2 => {
+                self.state.d.next = AttnState::AChk3;
+                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
+                    self.raise.next = true;
+                    self.raise_code.next = self.c_spm.val();
+                    self.raise_info.next = self.spm_first.val();
+                }
+            }
+            AttnState::AChk3 => {
+                // the presence bytes; the last position's rows; whether every position has a history slot
+                self.state.d.next = AttnState::AChk4;
+                self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val()) + self.pstride.val();
+                self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
+                self.width_ok.d.next = bit_cast::<32, 16>(self.p_a.val().get_bits::<16>(0)) <= self.hist_width.val();
+                if (self.kvp.q.val() != self.ones32.val()) & self.mem_bad.val() {
+                    self.raise.next = true;
+                    self.raise_code.next = self.c_mem.val();
+                    self.raise_info.next = self.mem_first.val();
+                }
+            }
+            AttnState::AChk4 => {
+                // nothing can trap when the last position's rows are in memory (rows only move up with the
+                // position) and every absent position has its slot; else scan the positions in order
+                self.scan.d.next = true;
+                if !((self.krow.q.val() << 5) + bit_cast::<72, 32>(self.row_bytes.val()) > self.mem_bytes.val())
+                    & !((self.vrow.q.val() << 5) + bit_cast::<72, 32>(self.row_bytes.val()) > self.mem_bytes.val())
+                    & ((self.kvp.q.val() == self.ones32.val()) | ((self.t.q.val() <= self.hist_slots.val()) & self.width_ok.q.val()))
+                {
+                    self.scan.d.next = false;
+                }
+                self.pos.d.next = self.t.q.val();
+                self.state.d.next = AttnState::AChk5;
+            }
+            AttnState::AChk5 => {
+                // `pos` keeps r[len]; positions from 0
+                self.t.d.next = 0.into();
+                self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val());
+                self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val());
+                self.hbase.d.next = self.hb0.val().get_bits::<HIST_LINE_BITS>(0);
+                self.pres_valid.d.next = false;
+                self.second.d.next = false;
+                self.qg.d.next = 0.into();
+                self.ql.d.next = 0.into();
+                self.state.d.next = AttnState::LoadQ;
+                if self.scan.q.val() {
+                    self.state.d.next = AttnState::PosStart;
+                }
+            }
+            AttnState::LoadQ => {
+                // query line (qg, ql) is read now, captured next cycle
+                self.qcap_v.d.next = true;
+                self.qcap_g.d.next = self.qg.q.val();
+                self.qcap_l.d.next = self.ql.q.val();
+                self.ql.d.next = self.ql.q.val() + 1;
+                self.progress.next = true;
+                if self.ql.q.val() + 1 == self.nl.val() {
+                    self.ql.d.next = 0.into();
+                    self.qg.d.next = self.qg.q.val() + 1;
+                    if self.qg.q.val() + 1 == self.group.q.val() {
+                        if self.kvp.q.val() != self.ones32.val() {
+                            self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.pos.q.val());
+                        }
+                        self.state.d.next = AttnState::PosStart;
+                    }
+                }
+            }
+            // ---- attn: positions
+            AttnState::PosStart => {
+                self.state.d.next = AttnState::PosGo;
+                self.second.d.next = false;
+                if (self.kvp.q.val() != self.ones32.val()) & !(self.pres_valid.q.val() & (self.pres_line.q.val() == self.pres_need.val())) {
+                    self.state.d.next = AttnState::PresReq;
+                }
+            }
+            AttnState::PresReq => {
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.state.d.next = AttnState::PresWait;
+                }
+            }
+            AttnState::PresWait => {
+                if self.m_resp.val() {
+                    self.pres.d.next = self.m_rdata.val();
+                    self.pres_line.d.next = self.pres_need.val();
+                    self.pres_valid.d.next = true;
+                    self.progress.next = true;
+                    self.state.d.next = AttnState::PosGo;
+                }
+            }
+            AttnState::PosGo => {
+                self.present.d.next = self.is_present.val();
+                self.slot_r.d.next = self.slot_ok.val();
+                self.rq.d.next = 0.into();
+                self.rs.d.next = 0.into();
+                self.progress.next = true;
+                if self.scan.q.val() {
+                    // the checks of position t: K's row then (second cycle) V's, or the history slot
+                    if self.is_present.val() {
+                        if self.mem_bad.val() {
+                            self.raise.next = true;
+                            self.raise_code.next = self.c_mem.val();
+                            self.raise_info.next = self.mem_first.val();
+                        } else if !self.second.q.val() {
+                            self.second.d.next = true;
+                        } else {
+                            self.next_pos.next = true;
+                        }
+                    } else if !self.slot_ok.val() {
+                        self.raise.next = true;
+                        self.raise_code.next = self.c_hist.val();
+                        self.raise_info.next = bit_cast::<64, 32>(self.t.q.val());
+                    } else {
+                        self.next_pos.next = true;
+                    }
+                } else if self.is_present.val() {
+                    self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.row_bytes.val() << 1);
+                    self.state.d.next = AttnState::KvFetch;
+                } else {
+                    self.hits_total.d.next = self.hits_total.q.val() + 1;
+                    self.state.d.next = AttnState::HistRead;
+                }
+            }
+            AttnState::KvFetch => {
+                // K's lines then V's, any number in flight; each response to its buffer and history slot
+                if self.rq.q.val() < self.nbeat.val() {
+                    self.m_req.next = true;
+                    if self.m_req_ready.val() {
+                        self.rq.d.next = self.rq.q.val() + 1;
+                    }
+                }
+                if self.m_resp.val() {
+                    self.progress.next = true;
+                    self.rs.d.next = self.rs.q.val() + 1;
+                    if self.rs.q.val() < self.nl.val() {
+                        self.kbuf.write_enable.next = true;
+                        self.hist_k.write_enable.next = self.slot_r.q.val();
+                    } else {
+                        self.vbuf.write_enable.next = true;
+                        self.hist_v.write_enable.next = self.slot_r.q.val();
+                    }
+                    if self.rs.q.val() + 1 == self.nbeat.val() {
+                        self.state.d.next = AttnState::Score;
+                        self.pass.d.next = 0.into();
+                        self.beat.d.next = 0.into();
+                        self.qbase.d.next = 0.into();
+                        self.smcnt.d.next = 0.into();
+                        self.dpass.d.next = 0.into();
+                    }
+                }
+            }
+            AttnState::HistRead => {
+                // the slot's K and V lines, read now and captured next cycle
+                if self.rq.q.val() < self.nl.val() {
+                    self.qcap_v.d.next = true;
+                    self.qcap_l.d.next = self.rq.q.val();
+                    self.rq.d.next = self.rq.q.val() + 1;
+                }
+                if self.qcap_v.q.val() & (self.qcap_l.q.val() + 1 == self.nl.val()) {
+                    self.progress.next = true;
+                    self.state.d.next = AttnState::Score;
+                    self.pass.d.next = 0.into();
+                    self.beat.d.next = 0.into();
+                    self.qbase.d.next = 0.into();
+                    self.smcnt.d.next = 0.into();
+                    self.dpass.d.next = 0.into();
+                }
+            }
+            AttnState::Score => {
+                // beat `beat` of pass `pass` is read now and enters the router next cycle
+                self.sc_v.d.next = true;
+                self.sc_beat.d.next = self.beat.q.val();
+                self.beat.d.next = self.beat.q.val() + 1;
+                self.progress.next = true;
+                if self.beat.q.val() + 1 == self.nbeat.val() {
+                    self.beat.d.next = 0.into();
+                    self.pass.d.next = self.pass.q.val() + 1;
+                    self.qbase.d.next = self.qbase.q.val() + bit_cast::<9, 8>(self.nl.val());
+                    if self.pass.q.val() + 1 == self.npass.val() {
+                        self.state.d.next = AttnState::ScoreWait;
+                    }
+                }
+            }
+            AttnState::ScoreWait => {
+                if (bit_cast::<5, 4>(self.group.q.val()) == self.smcnt.q.val()) & !self.hold_v.q.val() {
+                    self.state.d.next = AttnState::Update;
+                    self.ug.d.next = 0.into();
+                    self.ui.d.next = 0.into();
+                    self.obase.d.next = 0.into();
+                }
+            }
+            AttnState::Update => {
+                // chunk ui of head ug is read now and enters the lanes next cycle
+                self.u_v.d.next = true;
+                self.u_upd.d.next = true;
+                self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
+                self.u_half.d.next = self.ui.q.val().get_bit(0);
+                self.ui.d.next = self.ui.q.val() + 1;
+                self.progress.next = true;
+                if self.ui.q.val() + 1 == self.nchunk.val() {
+                    self.ui.d.next = 0.into();
+                    self.ug.d.next = self.ug.q.val() + 1;
+                    self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nchunk.val());
+                    if self.ug.q.val() + 1 == self.group.q.val() {
+                        self.state.d.next = AttnState::UpdWait;
+                    }
+                }
+            }
+            AttnState::UpdWait => {
+                if (self.lanes_busy.q.val() == 0) & !self.u_v.q.val() {
+                    self.macs_total.d.next = self.macs_total.q.val() + bit_cast::<64, 32>(self.heads_bytes.val());
+                    self.next_pos.next = true;
+                }
+            }
+            AttnState::Recip => {
+                // recip(l) of head ug: l read at the first cycle, the result rwait cycles later
+                self.rwait.d.next = self.rwait.q.val() + 1;
+                if self.rwait.q.val() == self.recip_wait.val() {
+                    self.rreg.write_enable.next = true;
+                    self.rwait.d.next = 0.into();
+                    self.ug.d.next = self.ug.q.val() + 1;
+                    self.progress.next = true;
+                    if self.ug.q.val() + 1 == self.group.q.val() {
+                        self.state.d.next = AttnState::Out;
+                        self.ug.d.next = 0.into();
+                        self.ui.d.next = 0.into();
+                        self.obase.d.next = 0.into();
+                    }
+                }
+            }
+            AttnState::Out => {
+                self.u_v.d.next = true;
+                self.u_upd.d.next = false;
+                self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
+                self.ui.d.next = self.ui.q.val() + 1;
+                self.progress.next = true;
+                if self.ui.q.val() + 1 == self.nchunk.val() {
+                    self.ui.d.next = 0.into();
+                    self.ug.d.next = self.ug.q.val() + 1;
+                    self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nchunk.val());
+                    if self.ug.q.val() + 1 == self.group.q.val() {
+                        self.state.d.next = AttnState::OutWait;
+                    }
+                }
+            }
+            AttnState::OutWait => {
+                if (self.lanes_busy.q.val() == 0) & !self.u_v.q.val() {
+                    self.progress.next = true;
+                    self.state.d.next = AttnState::Idle;
+                }
+            }
+            AttnState::Drain => {
+                if self.outstanding.q.val() == 0 {
+                    self.state.d.next = AttnState::Idle;
+                }
+            }
+        }
+
+        // ---- the next position (scan or run), or the end of the positions
+        if self.next_pos.val() {
+            self.t.d.next = self.t.q.val() + 1;
+            self.krow.d.next = self.krow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
+            self.vrow.d.next = self.vrow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
+            self.hbase.d.next = self.hbase.q.val() + self.hist_w16.val();
+            self.second.d.next = false;
+            self.state.d.next = AttnState::PosStart;
+            if self.t.q.val() + 1 == self.pos.q.val() {
+                if self.scan.q.val() {
+                    // no position traps: run them
+                    self.scan.d.next = false;
+                    self.state.d.next = AttnState::AChk5;
+                } else {
+                    self.state.d.next = AttnState::Recip;
+                    self.ug.d.next = 0.into();
+                    self.rwait.d.next = 0.into();
+                }
+            }
         }
 
         if self.raise.val() {
@@ -414,19 +1343,52 @@ impl Logic for AttentionUnit {
             self.trap_info_r.d.next = self.raise_info.val();
             self.state.d.next = AttnState::Idle;
         }
+
+        // ---- memory reads in flight (a flush waits for them)
+        if self.m_req.val() & self.m_req_ready.val() & !self.m_write.val() & !self.m_resp.val() {
+            self.outstanding.d.next = self.outstanding.q.val() + 1;
+        }
+        if !(self.m_req.val() & self.m_req_ready.val() & !self.m_write.val()) & self.m_resp.val() {
+            self.outstanding.d.next = self.outstanding.q.val() - 1;
+        }
         if self.flush.val() | self.reset.val() {
-            self.state.d.next = AttnState::Idle;
+            self.state.d.next = AttnState::Drain;
             self.trap_r.d.next = false;
+            self.u_v.d.next = false;
+            self.sc_v.d.next = false;
+            self.hold_v.d.next = false;
         }
         if self.reset.val() {
+            self.state.d.next = AttnState::Idle;
+            self.outstanding.d.next = 0.into();
+            self.rd_total.d.next = 0.into();
             self.wr_total.d.next = 0.into();
+            self.macs_total.d.next = 0.into();
+            self.hits_total.d.next = 0.into();
         }
     }
 }
 
+/// What the attention unit needs of a config: a KV history buffer of at most `2^HIST_LINE_BITS` lines.
+pub fn check_config(config: &OverlayConfig) -> Result<(), crate::emit::EmitError> {
+    let lines = u64::from(config.kv_history_slots) * u64::from(config.kv_history_width / 16);
+    if lines > 1 << HIST_LINE_BITS {
+        return Err(crate::emit::EmitError::Unsupported {
+            unit: "attention".into(),
+            config: config.name.clone(),
+            what: format!(
+                "the KV history buffer has {lines} lines of 16 FP16 (kv_history_slots x kv_history_width / 16); the unit addresses at most {}",
+                1u64 << HIST_LINE_BITS
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// An [`AttentionUnit`] of `config` ready to simulate or emit.
-pub fn attn_top(config: &OverlayConfig) -> AttentionUnit {
-    connect_top!(
+pub fn attn_top(config: &OverlayConfig) -> Result<AttentionUnit, crate::emit::EmitError> {
+    check_config(config)?;
+    Ok(connect_top!(
         AttentionUnit::new(config),
         clock,
         reset,
@@ -437,6 +1399,8 @@ pub fn attn_top(config: &OverlayConfig) -> AttentionUnit {
         iss_reg,
         iss_aux,
         m_req_ready,
+        m_resp,
+        m_rdata,
         s_rdata
-    )
+    ))
 }

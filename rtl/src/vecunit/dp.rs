@@ -102,15 +102,15 @@ endfunction
 function automatic [96:0] vx_sq(input [31:0] x);
    reg [23:0] sig;
    reg [47:0] sq;
-   integer sh, b, k;
+   integer sh, bl, k;
    begin
       sig = {(x[30:23] != 8'd0), x[22:0]};
       sq = sig * sig;
       sh = 2 * $signed({24'd0, (x[30:23] == 8'd0) ? 8'd1 : x[30:23]}) - 268;
-      b = 0;
-      for (k = 0; k < 48; k = k + 1) if (sq[k]) b = k + 1;
+      bl = 0;
+      for (k = 0; k < 48; k = k + 1) if (sq[k]) bl = k + 1;
       if (x[30:23] == 8'hFF) vx_sq = {1'b1, 96'd0};
-      else if (b + sh > 78) vx_sq = {1'b1, 96'd0};
+      else if (bl + sh > 78) vx_sq = {1'b1, 96'd0};
       else if (sh >= 0) vx_sq = {1'b0, {48'd0, sq} << sh};
       else vx_sq = {1'b0, {48'd0, sq} >> (-sh)};
    end

@@ -29,7 +29,7 @@ pub const CODE: u64 = 0x10_0000;
 pub const WINDOW: usize = 1 << 16;
 
 /// What a run leaves: the outcome (trap code, pc, ERROR_INFO), the device-memory window and, after a run
-/// that completed, the registers and the counters INSTRET, BYTES_READ, BYTES_WRITTEN, MACS.
+/// that completed, the registers and the counters INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS.
 #[derive(Debug, PartialEq)]
 pub struct RunState {
     pub result: Result<(), (ErrorCode, u32, u64)>,
@@ -57,10 +57,12 @@ pub fn run_program(who: &str, dev: &mut dyn Device, code: &[u8], data: &[u8]) ->
     let ok = result.is_ok();
     let regs_seen: Vec<u32> = if ok { (0..16).map(|i| dev.mmio_read(regs::DBG_R0 + 4 * i).unwrap()).collect() } else { Vec::new() };
     let counters = if ok {
-        [regs::INSTRET_LO, regs::BYTES_READ_LO, regs::BYTES_WRITTEN_LO, regs::MACS_LO]
+        let mut c: Vec<u64> = [regs::INSTRET_LO, regs::BYTES_READ_LO, regs::BYTES_WRITTEN_LO, regs::MACS_LO]
             .iter()
             .map(|&r| dev.mmio_read64(r).unwrap())
-            .collect()
+            .collect();
+        c.push(u64::from(dev.mmio_read(regs::KV_HISTORY_HITS).unwrap()));
+        c
     } else {
         Vec::new()
     };
@@ -86,6 +88,6 @@ pub fn compare_with_func(text: &str, data: &[u8]) -> u64 {
         );
     }
     assert_eq!(got.regs, want.regs, "registers\n{text}");
-    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS\n{text}");
+    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS\n{text}");
     cycles
 }
