@@ -61,7 +61,12 @@ pub fn open(name: &str, g: &Gguf) -> Result<(Box<dyn Backend>, Option<String>)> 
             let threads = crate::runtime::compute_threads();
             Ok((Box::new(crate::sim_backend::SimBackend::open(g, &config, &opu_compiler::CompileOptions::default(), threads)?), None))
         }
-        "rtl" | "pcie" => bail!("backend `{name}` is not available in this build yet (available: sim, reference, auto)"),
+        "rtl" => {
+            // the RTL of the `sim` preset under Verilator (the model opu-rtlsim builds)
+            let config = opu_hw::OverlayConfig::sim();
+            Ok((Box::new(crate::sim_backend::SimBackend::open_rtl(g, &config, &opu_compiler::CompileOptions::default())?), None))
+        }
+        "pcie" => bail!("backend `{name}` is not available in this build yet (available: sim, rtl, reference, auto)"),
         other => bail!("unknown backend `{other}` (expected one of: {})", BACKENDS.join(", ")),
     }
 }

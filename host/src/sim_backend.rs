@@ -1,5 +1,6 @@
-//! The `sim` backend: the model compiled for an overlay and run on the functional simulator (the golden
-//! model), through the `Device` trait like any card.
+//! The `sim` and `rtl` backends: the model compiled for an overlay and run on the functional simulator (the
+//! golden model) or on the RTL of the overlay under Verilator (`opu_rtlsim::RtlSim`), through the `Device`
+//! trait like any card.
 
 use crate::backend::Backend;
 use crate::loader::{self, Counters};
@@ -8,14 +9,30 @@ use opu_compiler::gguf::Gguf;
 use opu_compiler::{compile, CompileOptions, ProgramMeta};
 use opu_hw::device::Device;
 use opu_hw::OverlayConfig;
+use opu_rtlsim::RtlSim;
 use opu_sim::func::FuncSim;
 use std::time::Duration;
+
+/// What a program backend runs on.
+pub enum ProgramDevice {
+    Func(FuncSim),
+    Rtl(Box<RtlSim>),
+}
+
+impl ProgramDevice {
+    pub fn device(&mut self) -> &mut dyn Device {
+        match self {
+            ProgramDevice::Func(d) => d,
+            ProgramDevice::Rtl(d) => d.as_mut(),
+        }
+    }
+}
 
 /// A device that never answers in this long has hung.
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub struct SimBackend {
-    dev: FuncSim,
+    dev: ProgramDevice,
     meta: ProgramMeta,
     pos: usize,
     label: String,
@@ -29,6 +46,8 @@ pub struct SimBackend {
     pub compile_seconds: f64,
     /// Kind of each named device-memory region ("weights", "kv", "norms", "table", "io", "code").
     region_kinds: std::collections::HashMap<String, String>,
+    /// The program's device-memory regions (the container's layout).
+    regions: Vec<opu_hw::container::Region>,
     /// Device-memory bytes (read, written) per region kind since the last reset.
     pub bytes_by_kind: std::collections::BTreeMap<String, (u64, u64)>,
 }
@@ -36,18 +55,34 @@ pub struct SimBackend {
 impl SimBackend {
     /// Compiles the model in `g` for `config` and loads it on a new functional simulator.
     pub fn open(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions, threads: usize) -> Result<Self> {
+        let mut dev = FuncSim::new(config);
+        dev.set_threads(threads);
+        let label = format!("sim (functional, overlay `{}`, {threads} thread{})", config.name, if threads == 1 { "" } else { "s" });
+        Self::open_on(g, config, opts, ProgramDevice::Func(dev), label)
+    }
+
+    /// Compiles the model in `g` for `config` and loads it on the RTL under Verilator (an error naming what
+    /// is missing when this build has no Verilator models, or they are not of `config`).
+    pub fn open_rtl(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Result<Self> {
+        let dev = RtlSim::new(config).map_err(|e| anyhow::anyhow!("backend `rtl`: {e}"))?;
+        let label = format!("rtl (Verilator, overlay `{}`)", config.name);
+        Self::open_on(g, config, opts, ProgramDevice::Rtl(Box::new(dev)), label)
+    }
+
+    fn open_on(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions, mut dev: ProgramDevice, label: String) -> Result<Self> {
         let t = std::time::Instant::now();
         let compiled = compile(g, config, opts).with_context(|| format!("compiling {}", g.path.display()))?;
         let compile_seconds = t.elapsed().as_secs_f64();
-        let mut dev = FuncSim::new(config);
-        dev.set_threads(threads);
         let mut region_kinds = std::collections::HashMap::new();
+        let mut regions = Vec::new();
         if let Some(layout) = compiled.container.layout()? {
             region_kinds = layout.regions.iter().map(|r| (r.name.clone(), r.kind.clone())).collect();
-            dev.set_regions(layout.regions);
+            regions = layout.regions.clone();
+            if let ProgramDevice::Func(f) = &mut dev {
+                f.set_regions(layout.regions);
+            }
         }
-        loader::load(&mut dev, &compiled.container)?;
-        let label = format!("sim (functional, overlay `{}`, {threads} thread{})", config.name, if threads == 1 { "" } else { "s" });
+        loader::load(dev.device(), &compiled.container)?;
         Ok(SimBackend {
             dev,
             meta: compiled.meta,
@@ -59,6 +94,7 @@ impl SimBackend {
             decode_passes: 0,
             compile_seconds,
             region_kinds,
+            regions,
             bytes_by_kind: Default::default(),
         })
     }
@@ -67,28 +103,36 @@ impl SimBackend {
         &self.meta
     }
 
-    pub fn device(&mut self) -> &mut FuncSim {
-        &mut self.dev
+    /// The program's device-memory regions (name, kind, address, bytes): everything it reads or writes.
+    pub fn regions(&self) -> &[opu_hw::container::Region] {
+        &self.regions
+    }
+
+    /// The device the program runs on.
+    pub fn device(&mut self) -> &mut dyn Device {
+        self.dev.device()
     }
 
     /// Runs one pass of `tokens` (at most the entry's ntok) with entry `entry`.
     fn pass(&mut self, entry: usize, tokens: &[u32]) -> Result<()> {
         let e = self.meta.entries[entry].clone();
         let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-        self.dev.mem_write(self.meta.ids_addr, &ids)?;
-        loader::run(&mut self.dev, e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT)
+        self.dev.device().mem_write(self.meta.ids_addr, &ids)?;
+        loader::run(self.dev.device(), e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT)
             .with_context(|| format!("running `{}` at position {}", e.name, self.pos))?;
-        let run = Counters::read(&mut self.dev)?;
+        let run = Counters::read(self.dev.device())?;
         self.counters.add(&run);
         if entry == 0 {
             self.decode_counters.add(&run);
             self.decode_passes += 1;
         }
-        for (name, b) in self.dev.stats().regions {
-            let kind = self.region_kinds.get(&name).cloned().unwrap_or(name);
-            let e = self.bytes_by_kind.entry(kind).or_default();
-            e.0 += b.read;
-            e.1 += b.written;
+        if let ProgramDevice::Func(f) = &mut self.dev {
+            for (name, b) in f.stats().regions {
+                let kind = self.region_kinds.get(&name).cloned().unwrap_or(name);
+                let e = self.bytes_by_kind.entry(kind).or_default();
+                e.0 += b.read;
+                e.1 += b.written;
+            }
         }
         self.passes += 1;
         self.pos += tokens.len();
@@ -104,7 +148,7 @@ impl SimBackend {
 
     fn read_logits(&mut self, row: usize) -> Result<Vec<f32>> {
         let mut buf = vec![0u8; self.meta.vocab * 4];
-        self.dev.mem_read(self.meta.logits_addr + row as u64 * self.meta.logits_row_bytes, &mut buf)?;
+        self.dev.device().mem_read(self.meta.logits_addr + row as u64 * self.meta.logits_row_bytes, &mut buf)?;
         Ok(buf.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
     }
 
@@ -117,7 +161,7 @@ impl SimBackend {
             let mut rows = Vec::with_capacity(tokens);
             for t in 0..tokens {
                 let mut buf = vec![0u8; self.meta.trace_row_bytes as usize];
-                self.dev.mem_read(base + l as u64 * self.meta.trace_layer_bytes + t as u64 * self.meta.trace_row_bytes, &mut buf)?;
+                self.dev.device().mem_read(base + l as u64 * self.meta.trace_layer_bytes + t as u64 * self.meta.trace_row_bytes, &mut buf)?;
                 rows.push(buf.chunks_exact(2).map(|c| opu_hw::numerics::fp16::f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect());
             }
             out.push(rows);
@@ -178,7 +222,9 @@ impl Backend for SimBackend {
             (&self.counters, self.pos.max(1) as f64)
         };
         let all = &self.counters;
-        Some(serde_json::json!({
+        // the functional simulator estimates cycles; the RTL counts them
+        let cycles_key = if matches!(self.dev, ProgramDevice::Rtl(_)) { "cycles" } else { "cycles_estimate" };
+        let mut v = serde_json::json!({
             "compile_seconds": self.compile_seconds,
             "passes": self.passes,
             "decode_passes": self.decode_passes,
@@ -186,14 +232,15 @@ impl Backend for SimBackend {
             "macs": all.macs,
             "bytes_read": all.bytes_read,
             "bytes_written": all.bytes_written,
-            "cycles_estimate": all.cycles,
             "bytes_by_region_kind": self.bytes_by_kind.iter().map(|(k, (r, w))| (k.clone(), serde_json::json!({"read": r, "written": w}))).collect::<serde_json::Map<_, _>>(),
             "per_token": {
                 "instructions": c.instructions as f64 / tokens,
                 "macs": c.macs as f64 / tokens,
                 "bytes_moved": (c.bytes_read + c.bytes_written) as f64 / tokens,
-                "cycles_estimate": c.cycles as f64 / tokens,
             },
-        }))
+        });
+        v[cycles_key] = serde_json::json!(all.cycles);
+        v["per_token"][cycles_key] = serde_json::json!(c.cycles as f64 / tokens);
+        Some(v)
     }
 }

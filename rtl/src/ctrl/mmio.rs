@@ -130,6 +130,18 @@ pub struct Mmio {
     // ---- combinational
     value: Signal<Local, Bits<32>>,
     clear: Signal<Local, Bit>,
+    /// The unit counters at the doorbell: the counter registers read the counts since then (per run, like
+    /// CYCLES and INSTRET, which the core restarts).
+    base_rd: DFF<Bits<64>>,
+    base_wr: DFF<Bits<64>>,
+    base_macs: DFF<Bits<64>>,
+    base_skipped: DFF<Bits<32>>,
+    base_hits: DFF<Bits<32>>,
+    run_rd: Signal<Local, Bits<64>>,
+    run_wr: Signal<Local, Bits<64>>,
+    run_macs: Signal<Local, Bits<64>>,
+    run_skipped: Signal<Local, Bits<32>>,
+    run_hits: Signal<Local, Bits<32>>,
     arg_off: Signal<Local, Bits<ADDR_BITS>>,
 }
 
@@ -233,6 +245,16 @@ impl Mmio {
             ones32: k(0xFFFF_FFFF),
             value: Default::default(),
             clear: Default::default(),
+            base_rd: Default::default(),
+            base_wr: Default::default(),
+            base_macs: Default::default(),
+            base_skipped: Default::default(),
+            base_hits: Default::default(),
+            run_rd: Default::default(),
+            run_wr: Default::default(),
+            run_macs: Default::default(),
+            run_skipped: Default::default(),
+            run_hits: Default::default(),
             arg_off: Default::default(),
         }
     }
@@ -242,7 +264,7 @@ impl Logic for Mmio {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, irq_en, done, error, irq_status, base, len, wdog, argv, rdata_r, rvalid_r, start_r, abort_r,
+            self, clock, base_rd, base_wr, base_macs, base_skipped, base_hits, irq_en, done, error, irq_status, base, len, wdog, argv, rdata_r, rvalid_r, start_r, abort_r,
             hi_hash, hi_cycles, hi_instret, hi_rd, hi_wr, hi_macs, hi_stall, hi_info
         );
         self.rdata.next = self.rdata_r.q.val();
@@ -258,6 +280,11 @@ impl Logic for Mmio {
         self.abort_r.d.next = false;
         self.rvalid_r.d.next = self.read.val();
         self.clear.next = false;
+        self.run_rd.next = self.bytes_read.val() - self.base_rd.q.val();
+        self.run_wr.next = self.bytes_written.val() - self.base_wr.q.val();
+        self.run_macs.next = self.macs.val() - self.base_macs.q.val();
+        self.run_skipped.next = self.skipped_blocks.val() - self.base_skipped.q.val();
+        self.run_hits.next = self.kv_history_hits.val() - self.base_hits.q.val();
         self.arg_off.next = self.addr.val() - self.a_arg0.val();
 
         // ---- reads
@@ -327,27 +354,27 @@ impl Logic for Mmio {
             self.value.next = self.hi_instret.q.val();
         }
         if self.addr.val() == self.a_rd.val() {
-            self.value.next = self.bytes_read.val().get_bits::<32>(0);
+            self.value.next = self.run_rd.val().get_bits::<32>(0);
             if self.read.val() {
-                self.hi_rd.d.next = self.bytes_read.val().get_bits::<32>(32);
+                self.hi_rd.d.next = self.run_rd.val().get_bits::<32>(32);
             }
         }
         if self.addr.val() == self.a_rd.val() + 4 {
             self.value.next = self.hi_rd.q.val();
         }
         if self.addr.val() == self.a_wr.val() {
-            self.value.next = self.bytes_written.val().get_bits::<32>(0);
+            self.value.next = self.run_wr.val().get_bits::<32>(0);
             if self.read.val() {
-                self.hi_wr.d.next = self.bytes_written.val().get_bits::<32>(32);
+                self.hi_wr.d.next = self.run_wr.val().get_bits::<32>(32);
             }
         }
         if self.addr.val() == self.a_wr.val() + 4 {
             self.value.next = self.hi_wr.q.val();
         }
         if self.addr.val() == self.a_macs.val() {
-            self.value.next = self.macs.val().get_bits::<32>(0);
+            self.value.next = self.run_macs.val().get_bits::<32>(0);
             if self.read.val() {
-                self.hi_macs.d.next = self.macs.val().get_bits::<32>(32);
+                self.hi_macs.d.next = self.run_macs.val().get_bits::<32>(32);
             }
         }
         if self.addr.val() == self.a_macs.val() + 4 {
@@ -363,10 +390,10 @@ impl Logic for Mmio {
             self.value.next = self.hi_stall.q.val();
         }
         if self.addr.val() == self.a_skipped.val() {
-            self.value.next = self.skipped_blocks.val();
+            self.value.next = self.run_skipped.val();
         }
         if self.addr.val() == self.a_hits.val() {
-            self.value.next = self.kv_history_hits.val();
+            self.value.next = self.run_hits.val();
         }
         if self.addr.val() == self.a_err_code.val() {
             self.value.next = bit_cast::<32, 4>(self.err_code.val());
@@ -458,6 +485,11 @@ impl Logic for Mmio {
         }
         // DOORBELL and SOFT_RESET clear the run's status and the HI latches
         if self.clear.val() {
+            self.base_rd.d.next = self.bytes_read.val();
+            self.base_wr.d.next = self.bytes_written.val();
+            self.base_macs.d.next = self.macs.val();
+            self.base_skipped.d.next = self.skipped_blocks.val();
+            self.base_hits.d.next = self.kv_history_hits.val();
             self.done.d.next = false;
             self.error.d.next = false;
             self.hi_hash.d.next = 0.into();

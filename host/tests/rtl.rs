@@ -1,0 +1,67 @@
+//! The `rtl` backend: the compiled program on the RTL of the overlay under Verilator, against the functional
+//! simulator (the golden model) running the same program: bit for bit, logits and device memory.
+
+use opu_compiler::gguf::parse_bytes;
+use opu_compiler::testing::TinyLlama;
+use opu_compiler::CompileOptions;
+use opu_host::backend::Backend;
+use opu_host::sim_backend::SimBackend;
+use opu_hw::OverlayConfig;
+
+/// Whether this build has the Verilator models; without them an error under `REQUIRE_VERILATOR=1` (CI), else
+/// a SKIPPED line.
+fn models_or_skip(what: &str) -> bool {
+    if opu_rtlsim::rtl::available() {
+        return true;
+    }
+    assert_ne!(std::env::var("REQUIRE_VERILATOR").as_deref(), Ok("1"), "{what}: no Verilator models and REQUIRE_VERILATOR=1");
+    eprintln!("SKIPPED {what}: opu-rtlsim was built without the Verilator models (no verilator on PATH)");
+    false
+}
+
+/// Every byte of every region of the program (weights, KV cache, activations, logits, code) on both devices.
+fn assert_memory_equal(rtl: &mut SimBackend, sim: &mut SimBackend, when: &str) {
+    let regions = sim.regions().to_vec();
+    assert!(!regions.is_empty());
+    for r in &regions {
+        let (mut a, mut b) = (vec![0u8; r.bytes as usize], vec![0u8; r.bytes as usize]);
+        rtl.device().mem_read(r.addr, &mut a).unwrap();
+        sim.device().mem_read(r.addr, &mut b).unwrap();
+        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
+            panic!("{when}: region `{}` ({}) byte {i:#x}: RTL {:#04x}, functional {:#04x}", r.name, r.kind, a[i], b[i]);
+        }
+    }
+}
+
+#[test]
+fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
+    if !models_or_skip("tiny transformer on the RTL") {
+        return;
+    }
+    // 2 layers, hidden 64, 4 query heads on 2 KV heads, Q4_1 matrices, a Q8_0 embedding tied to the output
+    let g = parse_bytes(&TinyLlama::default().gguf(), "tiny.gguf").unwrap();
+    let config = OverlayConfig::sim();
+    let mut rtl = SimBackend::open_rtl(&g, &config, &CompileOptions::default()).unwrap();
+    let mut sim = SimBackend::open(&g, &config, &CompileOptions::default(), 1).unwrap();
+    assert!(rtl.name().starts_with("rtl"), "{}", rtl.name());
+    // prefill: a batch of 16 through `prefill`, two more through `decode`; then three decode steps
+    let prompt: Vec<u32> = (0..18).map(|i| (i * 29 + 3) % 96).collect();
+    let (a, b) = (rtl.forward(&prompt, true).unwrap(), sim.forward(&prompt, true).unwrap());
+    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(a.len(), 18);
+    assert_eq!(bits(&a), bits(&b), "prefill logits");
+    assert_memory_equal(&mut rtl, &mut sim, "after the prefill");
+    for t in [5u32, 77, 42] {
+        let (x, y) = (rtl.forward(&[t], false).unwrap(), sim.forward(&[t], false).unwrap());
+        assert_eq!(bits(&x), bits(&y), "decode of token {t} at position {}", sim.position() - 1);
+    }
+    assert_memory_equal(&mut rtl, &mut sim, "after the decode steps");
+    // the RTL counts what the functional simulator counts, and real cycles
+    let (rs, ss) = (rtl.stats().unwrap(), sim.stats().unwrap());
+    for k in ["instructions", "macs", "bytes_read", "bytes_written", "passes"] {
+        assert_eq!(rs[k], ss[k], "{k}");
+    }
+    let cycles = rs["cycles"].as_u64().unwrap();
+    eprintln!("tiny transformer, 21 tokens in 6 passes: {cycles} RTL cycles (functional estimate {})", ss["cycles_estimate"]);
+    assert!(cycles > 1000, "{cycles} cycles");
+}
