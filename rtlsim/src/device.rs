@@ -1,9 +1,9 @@
 //! [`RtlSim`]: the RTL of the overlay (opu-rtl's `top`, Verilated) behind [`Device`], with a Rust model of
 //! device memory, so the host drives it exactly as it drives the functional simulator or a card.
 //!
-//! The top so far holds the register file, the controller core, the DMA unit and the scratchpad on one
-//! memory port (docs/rtl.md, "Control (`ctrl`), the DMA unit and the top so far"); programs of control,
-//! scalar and DMA instructions run on it. The memory model answers reads in order after `mem_latency_cycles` of the config, one request per cycle;
+//! The top holds the register file, the controller core, the DMA, matrix, vector and attention units and the
+//! scratchpad on one memory port (docs/rtl.md, "Control (`ctrl`), the DMA unit and the top so far"); compiled
+//! programs run on it (everything but `route` and `matmul fmt=f16`). The memory model answers reads in order after `mem_latency_cycles` of the config, one request per cycle;
 //! host accesses to device memory (`mem_write`, `mem_read`) go straight to the model, as a card's DMA engine
 //! would. The model exists only for the `sim` preset (the one the build verilates).
 
