@@ -10,7 +10,7 @@
 /// Why an [`RtlSim`] cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum RtlSimError {
-    #[error("opu-sim was built without the Verilator models (install verilator and rebuild)")]
+    #[error("opu-rtlsim was built without the Verilator models (install verilator and rebuild)")]
     NoModels,
     #[error("the RTL model is built for the `sim` overlay preset, not `{0}`")]
     Config(String),

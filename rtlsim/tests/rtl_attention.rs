@@ -99,7 +99,7 @@ const D_SPM: u32 = 0x1000;
 /// presence bytes of which about one in three is 0.
 fn attn_data(rng: &mut Rng) -> Vec<u8> {
     let mut d: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
-    let mut put = |d: &mut Vec<u8>, from: u64, bytes: u64, spread: f32, rng: &mut Rng| {
+    let put = |d: &mut Vec<u8>, from: u64, bytes: u64, spread: f32, rng: &mut Rng| {
         for i in (0..bytes).step_by(2) {
             let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * spread);
             d[(from + i) as usize..(from + i + 2) as usize].copy_from_slice(&v.to_le_bytes());
