@@ -305,6 +305,12 @@ fn run(cli: Cli) -> Result<()> {
                         d["passes"],
                         d["compile_seconds"].as_f64().unwrap_or(0.0)
                     );
+                    // the RTL counts cycles; the functional simulator estimates them
+                    if let Some(c) = pt["cycles"].as_f64() {
+                        println!("-- RTL cycles per decoded token: {c:.0}");
+                    } else if let Some(c) = pt["cycles_estimate"].as_f64() {
+                        println!("-- estimated cycles per decoded token: {c:.0}");
+                    }
                 }
             }
         }

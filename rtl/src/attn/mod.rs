@@ -296,6 +296,9 @@ pub struct AttentionUnit {
     mem_len: Signal<Local, Bits<72>>,
     mem_first: Signal<Local, Bits<64>>,
     mem_bad: Signal<Local, Bit>,
+    /// The state checks its scratchpad span, its device-memory span (the trap is raised below the states).
+    chk_spm: Signal<Local, Bit>,
+    chk_mem: Signal<Local, Bit>,
     row_line: Signal<Local, Bits<72>>,
     heads_bytes: Signal<Local, Bits<32>>,
     pres_need: Signal<Local, Bits<32>>,
@@ -492,6 +495,8 @@ impl AttentionUnit {
             mem_len: Default::default(),
             mem_first: Default::default(),
             mem_bad: Default::default(),
+            chk_spm: Default::default(),
+            chk_mem: Default::default(),
             row_line: Default::default(),
             heads_bytes: Default::default(),
             pres_need: Default::default(),
@@ -651,6 +656,9 @@ impl Logic for AttentionUnit {
                 self.mem_first.next = self.u64_max.val().get_bits::<64>(0);
             }
         }
+
+        self.chk_spm.next = false;
+        self.chk_mem.next = false;
 
         // ---- the position: its presence byte, its history slot
         self.pres_need.next = self.t.q.val() >> 5;
@@ -966,44 +974,24 @@ impl Logic for AttentionUnit {
             }
             AttnState::Check1 => {
                 self.state.d.next = AttnState::Check2;
-                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_spm.val();
-                    self.raise_info.next = self.spm_first.val();
-                }
+                self.chk_spm.next = true;
             }
             AttnState::Check2 => {
                 self.state.d.next = AttnState::Check3;
-                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_spm.val();
-                    self.raise_info.next = self.spm_first.val();
-                }
+                self.chk_spm.next = true;
             }
             AttnState::Check3 => {
                 self.state.d.next = AttnState::Check4;
-                if self.mem_bad.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_mem.val();
-                    self.raise_info.next = self.mem_first.val();
-                }
+                self.chk_mem.next = true;
             }
             AttnState::Check4 => {
                 self.state.d.next = AttnState::Check5;
-                if self.mem_bad.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_mem.val();
-                    self.raise_info.next = self.mem_first.val();
-                }
+                self.chk_mem.next = true;
             }
             AttnState::Check5 => {
                 self.state.d.next = AttnState::LineRead;
                 self.li.d.next = 0.into();
-                if (self.kvp.q.val() != self.ones32.val()) & self.mem_bad.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_mem.val();
-                    self.raise_info.next = self.mem_first.val();
-                }
+                self.chk_mem.next = self.kvp.q.val() != self.ones32.val();
             }
             AttnState::LineRead => {
                 self.state.d.next = AttnState::LineWrite;
@@ -1053,19 +1041,11 @@ impl Logic for AttentionUnit {
             }
             AttnState::AChk1 => {
                 self.state.d.next = AttnState::AChk2;
-                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_spm.val();
-                    self.raise_info.next = self.spm_first.val();
-                }
+                self.chk_spm.next = true;
             }
             AttnState::AChk2 => {
                 self.state.d.next = AttnState::AChk3;
-                if self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_spm.val();
-                    self.raise_info.next = self.spm_first.val();
-                }
+                self.chk_spm.next = true;
             }
             AttnState::AChk3 => {
                 // the presence bytes; the last position's rows; whether every position has a history slot
@@ -1073,11 +1053,7 @@ impl Logic for AttentionUnit {
                 self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val()) + self.pstride.val();
                 self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
                 self.width_ok.d.next = bit_cast::<32, 16>(self.p_a.val().get_bits::<16>(0)) <= self.hist_width.val();
-                if (self.kvp.q.val() != self.ones32.val()) & self.mem_bad.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_mem.val();
-                    self.raise_info.next = self.mem_first.val();
-                }
+                self.chk_mem.next = self.kvp.q.val() != self.ones32.val();
             }
             AttnState::AChk4 => {
                 // nothing can trap when the last position's rows are in memory (rows only move up with the
@@ -1337,6 +1313,16 @@ impl Logic for AttentionUnit {
             }
         }
 
+        if self.chk_spm.val() & (self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val()) {
+            self.raise.next = true;
+            self.raise_code.next = self.c_spm.val();
+            self.raise_info.next = self.spm_first.val();
+        }
+        if self.chk_mem.val() & self.mem_bad.val() {
+            self.raise.next = true;
+            self.raise_code.next = self.c_mem.val();
+            self.raise_info.next = self.mem_first.val();
+        }
         if self.raise.val() {
             self.trap_r.d.next = true;
             self.trap_code_r.d.next = self.raise_code.val();
