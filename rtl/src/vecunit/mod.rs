@@ -261,6 +261,8 @@ pub struct VectorUnit {
     raise: Signal<Local, Bit>,
     raise_code: Signal<Local, Bits<4>>,
     raise_info: Signal<Local, Bits<64>>,
+    /// The state checks its scratchpad span (the trap is raised below the states).
+    chk_spm: Signal<Local, Bit>,
     rows1: Signal<Local, Bits<16>>,
     pitch_m: Signal<Local, Bits<32>>,
     plen: Signal<Local, Bits<32>>,
@@ -464,6 +466,7 @@ impl VectorUnit {
             raise: Default::default(),
             raise_code: Default::default(),
             raise_info: Default::default(),
+            chk_spm: Default::default(),
             rows1: Default::default(),
             pitch_m: Default::default(),
             plen: Default::default(),
@@ -575,6 +578,7 @@ impl Logic for VectorUnit {
         self.raise.next = false;
         self.raise_code.next = self.c_bad.val();
         self.raise_info.next = 0.into();
+        self.chk_spm.next = false;
         self.span_start.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
         self.span_end.next = self.end_d.val();
         if self.state.q.val() == VecState::Check7 {
@@ -902,28 +906,16 @@ impl Logic for VectorUnit {
             }
             VecState::Check6 => {
                 self.state.d.next = VecState::Check7;
-                if self.span_end.val() > self.spm_bytes.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_spm.val();
-                    self.raise_info.next = self.spm_first.val();
-                }
+                self.chk_spm.next = true;
             }
             VecState::Check7 => {
                 self.state.d.next = VecState::Check8;
-                if self.span_end.val() > self.spm_bytes.val() {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_spm.val();
-                    self.raise_info.next = self.spm_first.val();
-                }
+                self.chk_spm.next = true;
             }
             VecState::Check8 => {
                 // every check passed unless the second source leaves the scratchpad: set up row 0
                 self.state.d.next = VecState::Row;
-                if self.use2.q.val() & (self.span_end.val() > self.spm_bytes.val()) {
-                    self.raise.next = true;
-                    self.raise_code.next = self.c_spm.val();
-                    self.raise_info.next = self.spm_first.val();
-                }
+                self.chk_spm.next = self.use2.q.val();
                 self.j.d.next = 0.into();
                 self.h.d.next = 0.into();
                 self.e.d.next = 0.into();
@@ -1065,6 +1057,11 @@ impl Logic for VectorUnit {
             }
         }
 
+        if self.chk_spm.val() & (self.span_end.val() > self.spm_bytes.val()) {
+            self.raise.next = true;
+            self.raise_code.next = self.c_spm.val();
+            self.raise_info.next = self.spm_first.val();
+        }
         if self.raise.val() {
             self.trap_r.d.next = true;
             self.trap_code_r.d.next = self.raise_code.val();
