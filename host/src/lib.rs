@@ -4,6 +4,8 @@
 //! - [`tokenizer`]: the tokenizer and chat template, built from the GGUF's metadata.
 //! - [`backend`]: the `Backend` trait and opening a backend by name (`reference`, `auto`, ...).
 //! - [`loader`]: a program container onto any `Device`, and running an entry point.
+//! - [`exec`]: a program file run on a simulator (`opu exec`), and co-simulation against the functional
+//!   simulator (`opu cosim`).
 //! - [`sim_backend`]: the `sim` backend: the model compiled and run on the functional simulator.
 //! - [`reference`]: the reference path: the model in f32 over candle tensors (CPU, or CUDA with `cuda`).
 //! - [`sampling`]: greedy and temperature / top-k / top-p sampling with a portable seeded generator.
@@ -13,6 +15,7 @@
 pub mod backend;
 pub mod cache;
 pub mod eval;
+pub mod exec;
 pub mod loader;
 pub mod reference;
 pub mod runtime;

@@ -144,6 +144,37 @@ enum Command {
     /// The overlay's RTL: Verilog emission and yosys resource figures.
     #[command(subcommand)]
     Rtl(RtlCommand),
+    /// Run a program file (a container or raw instructions) on a simulator and print its counters; a trap
+    /// is an error naming the pc, the instruction and the code.
+    Exec {
+        #[command(flatten)]
+        prog: ProgramArgs,
+        /// sim (the functional simulator) or rtl (the RTL under Verilator).
+        #[arg(long, default_value = "sim")]
+        backend: String,
+        /// With --backend rtl: write a VCD waveform of every signal to this file.
+        #[arg(long, requires = "vcd_window")]
+        vcd: Option<PathBuf>,
+        /// With --vcd: cycles START:END after the doorbell.
+        #[arg(long, requires = "vcd")]
+        vcd_window: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a program file on the RTL and on the functional simulator and compare registers, counters and all
+    /// of device memory; on a difference, find the first instruction after which they differ.
+    Cosim {
+        #[command(flatten)]
+        prog: ProgramArgs,
+        /// Write a VCD waveform of the RTL's full run to this file.
+        #[arg(long, requires = "vcd_window")]
+        vcd: Option<PathBuf>,
+        /// With --vcd: cycles START:END after the doorbell.
+        #[arg(long, requires = "vcd")]
+        vcd_window: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Disassemble raw instructions or every code section of a program container.
     Disasm {
         input: PathBuf,
@@ -194,6 +225,76 @@ struct ModelArgs {
     /// Compute threads of the reference path (default: all cores; `bench`: 1).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+/// A program file and how to run it (`exec`, `cosim`).
+#[derive(clap::Args)]
+struct ProgramArgs {
+    /// A program container, or raw instructions (16 bytes each).
+    program: PathBuf,
+    /// Overlay: a preset (sim, u280) or a TOML file.
+    #[arg(long, default_value = "sim")]
+    config: String,
+    /// The container's code section to run (default: `main`, or its only one).
+    #[arg(long)]
+    entry: Option<String>,
+    /// Device address raw instructions are loaded at.
+    #[arg(long, default_value = "0", value_parser = parse_u64)]
+    base: u64,
+    /// ARG0, ARG1, ... in order (decimal or 0x hex); the rest are 0.
+    #[arg(long = "arg", value_parser = parse_u32)]
+    args: Vec<u32>,
+    /// WATCHDOG: cycles without progress before the overlay traps (0 disables; default: the device's).
+    #[arg(long)]
+    watchdog: Option<u32>,
+    /// Seconds of wall time after which the host gives up on the device.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+impl ProgramArgs {
+    fn open(&self) -> Result<(OverlayConfig, opu_host::exec::ProgramFile, opu_host::exec::RunOptions)> {
+        let config = OverlayConfig::from_name_or_path(&self.config)?;
+        let prog = opu_host::exec::ProgramFile::read(&self.program, self.entry.as_deref(), self.base)?;
+        prog.check_config(&config)?;
+        let opts = opu_host::exec::RunOptions {
+            args: self.args.clone(),
+            watchdog: self.watchdog,
+            timeout: std::time::Duration::from_secs(self.timeout),
+        };
+        Ok((config, prog, opts))
+    }
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(&h.replace('_', ""), 16),
+        None => s.replace('_', "").parse(),
+    };
+    r.map_err(|e| format!("`{s}`: {e} (expected a decimal or 0x-hex number)"))
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let v = parse_u64(s)?;
+    u32::try_from(v).map_err(|_| format!("`{s}` does not fit 32 bits"))
+}
+
+/// `START:END` of `--vcd-window`.
+fn parse_window(s: &str) -> Result<(u64, u64)> {
+    let (a, b) = s.split_once(':').with_context(|| format!("--vcd-window `{s}`: expected START:END (cycles after the doorbell)"))?;
+    let (a, b) = (parse_u64(a).map_err(anyhow::Error::msg)?, parse_u64(b).map_err(anyhow::Error::msg)?);
+    anyhow::ensure!(a < b, "--vcd-window `{s}`: START must be below END");
+    Ok((a, b))
+}
+
+/// The RTL under Verilator for `config`, with the VCD window if asked.
+fn open_rtl(config: &OverlayConfig, vcd: &Option<PathBuf>, window: &Option<String>) -> Result<opu_rtlsim::RtlSim> {
+    let mut dev = opu_rtlsim::RtlSim::new(config).map_err(|e| anyhow::anyhow!("backend `rtl`: {e}"))?;
+    if let (Some(path), Some(w)) = (vcd, window) {
+        let (a, b) = parse_window(w)?;
+        dev.set_vcd_window(path, a, b);
+    }
+    Ok(dev)
 }
 
 impl ModelArgs {
@@ -419,6 +520,60 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Inspect { input, json } => inspect(&input, json)?,
         Command::Rtl(cmd) => rtl(cmd)?,
+        Command::Exec { prog, backend, vcd, vcd_window, json } => {
+            let (config, program, opts) = prog.open()?;
+            let mut dev: Box<dyn opu_hw::device::Device> = match backend.as_str() {
+                "sim" => Box::new(opu_sim::func::FuncSim::new(&config)),
+                "rtl" => Box::new(open_rtl(&config, &vcd, &vcd_window)?),
+                other => anyhow::bail!("--backend `{other}`: programs run on `sim` or `rtl`"),
+            };
+            anyhow::ensure!(vcd.is_none() || backend == "rtl", "--vcd needs --backend rtl");
+            program.load(dev.as_mut())?;
+            let out = opu_host::exec::run_loaded(dev.as_mut(), &program, &opts)?;
+            if json {
+                let mut v = serde_json::to_value(&out)?;
+                v["backend"] = backend.clone().into();
+                v["program"] = program.path.display().to_string().into();
+                v["entry"] = program.entry.clone().into();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if out.trap.is_none() {
+                let c = &out.counters;
+                let cycles = if backend == "sim" { "cycles (estimate)" } else { "cycles" };
+                println!(
+                    "{}: `{}` completed on {backend}: {} {cycles}, {} instructions, {} bytes read, {} written, {} MACs, {} skipped blocks, {} KV history hits",
+                    program.path.display(),
+                    program.entry,
+                    c.cycles,
+                    c.instructions,
+                    c.bytes_read,
+                    c.bytes_written,
+                    c.macs,
+                    c.skipped_blocks,
+                    c.kv_history_hits
+                );
+            }
+            if let Some(t) = &out.trap {
+                anyhow::bail!("{}", program.trap_message(t));
+            }
+        }
+        Command::Cosim { prog, vcd, vcd_window, json } => {
+            let (config, program, opts) = prog.open()?;
+            let report = opu_host::exec::cosim(
+                &program,
+                &opts,
+                &mut || Ok(opu_sim::func::FuncSim::new(&config)),
+                &mut |full| {
+                    let (v, w) = if full { (vcd.clone(), vcd_window.clone()) } else { (None, None) };
+                    Ok(Box::new(open_rtl(&config, &v, &w)?) as Box<dyn opu_hw::device::Device>)
+                },
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{}", report.text());
+            }
+            anyhow::ensure!(report.divergence.is_none(), "{}: the RTL differs from the functional simulator", program.path.display());
+        }
         Command::Disasm { input, output, listing } => {
             let text = disasm(&input, listing)?;
             match output {

@@ -37,6 +37,17 @@ mod imp {
         mem: Vec<u8>,
         pending: VecDeque<Pending>,
         latency: u64,
+        /// Core cycle of the last doorbell write (the origin of VCD windows).
+        doorbell_at: u64,
+        vcd_window: Option<VcdWindow>,
+    }
+
+    /// A waveform of cycles `[start, end)` after the doorbell.
+    struct VcdWindow {
+        path: std::path::PathBuf,
+        start: u64,
+        end: u64,
+        open: bool,
     }
 
     impl RtlSim {
@@ -52,6 +63,8 @@ mod imp {
                 mem: vec![0u8; mem_bytes],
                 pending: VecDeque::new(),
                 latency: u64::from(config.mem_latency_cycles.max(1)),
+                doorbell_at: 0,
+                vcd_window: None,
             };
             s.top.set_reset(1);
             s.step();
@@ -79,6 +92,37 @@ mod imp {
         /// Flushes and closes the waveform (a no-op when not tracing).
         pub fn trace_close(&mut self) -> std::io::Result<()> {
             self.top.trace_close()
+        }
+
+        /// Writes a VCD waveform of every signal for core cycles `start..end` counted from the next doorbell
+        /// (as `CYCLES` counts them): the file is created when the window opens and closed when it ends or
+        /// the run completes, whichever is first. A file that cannot be created is an error when it opens.
+        pub fn set_vcd_window(&mut self, path: &std::path::Path, start: u64, end: u64) {
+            self.vcd_window = Some(VcdWindow { path: path.to_path_buf(), start, end: end.max(start), open: false });
+        }
+
+        /// Opens or closes the VCD window at the current cycle.
+        fn vcd_window_step(&mut self) -> std::io::Result<()> {
+            let now = self.top.cycles().saturating_sub(self.doorbell_at);
+            let Some(w) = &mut self.vcd_window else { return Ok(()) };
+            if !w.open && now >= w.start && now < w.end {
+                w.open = true;
+                let path = w.path.clone();
+                self.top.trace_vcd(&path, 0)?;
+            } else if w.open && now >= w.end {
+                self.vcd_window = None;
+                self.top.trace_close()?;
+            }
+            Ok(())
+        }
+
+        /// Closes a window still open when the run ends.
+        fn vcd_window_finish(&mut self) -> std::io::Result<()> {
+            if self.vcd_window.as_ref().is_some_and(|w| w.open) {
+                self.vcd_window = None;
+                self.top.trace_close()?;
+            }
+            Ok(())
         }
 
         /// One core cycle: memory responses due, the model settles, the memory takes a request, the edge.
@@ -141,6 +185,9 @@ mod imp {
             self.top.set_mmio_write(1);
             self.step();
             self.top.set_mmio_write(0);
+            if offset == regs::DOORBELL && value & 1 == 1 {
+                self.doorbell_at = self.top.cycles();
+            }
             Ok(())
         }
 
@@ -165,6 +212,9 @@ mod imp {
             let start = Instant::now();
             loop {
                 let s = self.mmio_read(regs::STATUS)?;
+                if s & (regs::status::DONE | regs::status::ERROR) != 0 {
+                    self.vcd_window_finish().map_err(|e| DeviceError::Io(format!("VCD window: {e}")))?;
+                }
                 if s & regs::status::DONE != 0 {
                     let cycles = self.mmio_read64(regs::CYCLES_LO)?;
                     let instructions = self.mmio_read64(regs::INSTRET_LO)?;
@@ -185,6 +235,9 @@ mod imp {
                 }
                 for _ in 0..256 {
                     self.step();
+                    if self.vcd_window.is_some() {
+                        self.vcd_window_step().map_err(|e| DeviceError::Io(format!("VCD window: {e}")))?;
+                    }
                 }
             }
         }
@@ -221,6 +274,10 @@ impl RtlSim {
     }
 
     pub fn trace_close(&mut self) -> std::io::Result<()> {
+        match self.never {}
+    }
+
+    pub fn set_vcd_window(&mut self, _: &std::path::Path, _: u64, _: u64) {
         match self.never {}
     }
 }

@@ -40,6 +40,8 @@ pub struct FuncSim {
     machine: Machine,
     regs: MmioRegs,
     program: ProgramCache,
+    /// The pcs of the instructions the last run executed, in order, when [`FuncSim::trace_pcs`] is on.
+    pc_trace: Option<Vec<u64>>,
 }
 
 impl FuncSim {
@@ -50,7 +52,19 @@ impl FuncSim {
             machine: Machine::new(config),
             regs: MmioRegs::default(),
             program: ProgramCache::default(),
+            pc_trace: None,
         }
+    }
+
+    /// Records the pc of every instruction each run executes (skipped ones are not), for co-simulation:
+    /// a program with `end` written over one of them stops right after the ones before it.
+    pub fn trace_pcs(&mut self, on: bool) {
+        self.pc_trace = on.then(Vec::new);
+    }
+
+    /// The pcs the last run executed (empty unless [`FuncSim::trace_pcs`] is on).
+    pub fn executed_pcs(&self) -> &[u64] {
+        self.pc_trace.as_deref().unwrap_or(&[])
     }
 
     pub fn config(&self) -> &OverlayConfig {
@@ -155,6 +169,9 @@ impl FuncSim {
     fn doorbell(&mut self) {
         self.regs.clear_status();
         self.machine.reset_for_run(&self.regs.args);
+        if let Some(t) = &mut self.pc_trace {
+            t.clear();
+        }
         self.program.load(&self.machine.mem, self.regs.prog_base, self.regs.prog_len);
         match self.execute_program() {
             Ok(()) => {
@@ -187,6 +204,9 @@ impl FuncSim {
             self.machine.work = Default::default();
             let flow = self.machine.execute(&instr).map_err(|t| (pc, t))?;
             self.machine.retire(&instr);
+            if let Some(t) = &mut self.pc_trace {
+                t.push(pc);
+            }
             match flow {
                 Flow::Next => pc += 1,
                 Flow::Skip(n) => pc += 1 + u64::from(n),
