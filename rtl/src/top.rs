@@ -1,10 +1,10 @@
 //! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA
 //! unit, the matrix unit (`matmul`), the vector unit (`vop rmsnorm rope argmax`) and the attention unit
-//! (`attn`, `kvappend`, the KV history buffer), each behind its issue queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar,
-//! DMA, `matmul`, vector and attention instructions, and `RED` (`red::RedFile`) between the matrix unit's
-//! fused reduction and the vector unit; `route` and the matrix unit's `f16` format are not built yet, so such
-//! an instruction is never accepted (the run stalls until the
-//! watchdog ends it).
+//! (`attn`, `kvappend`, the KV history buffer, and `route` on its router datapath), each behind its issue
+//! queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar, DMA,
+//! `matmul`, vector and attention instructions, and `RED` (`red::RedFile`) between the matrix unit's fused
+//! reduction and the vector unit; the matrix unit's `f16` format is not built yet, so such an instruction is
+//! never accepted (the run stalls until the watchdog ends it).
 //!
 //! The units exchange data through the scratchpad and device memory, so the core issues to one of them only
 //! while the others are idle with empty queues (instructions for the same unit queue up behind each other):
@@ -180,7 +180,7 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.bytes_written.next = self.dma.bytes_written.val() + self.att.bytes_written.val();
         self.mmio.macs.next = self.mat.macs.val() + self.att.macs.val();
         self.mmio.stall_cycles.next = 0.into();
-        self.mmio.skipped_blocks.next = 0.into();
+        self.mmio.skipped_blocks.next = self.att.skipped.val();
         self.mmio.kv_history_hits.next = self.att.hits.val();
         self.mmio.dbg_rf.next = self.core.dbg_rf.val();
         self.mmio.dbg_preds.next = self.core.dbg_preds.val();
@@ -273,9 +273,9 @@ impl<const R: usize> Logic for Top<R> {
         self.core.rwb_valid.next = self.vec.rwb_valid.val();
         self.core.rwb_idx.next = self.vec.rwb_idx.val();
         self.core.rwb_data.next = self.vec.rwb_data.val();
-        self.core.pwb_valid.next = false;
-        self.core.pwb_idx.next = 0.into();
-        self.core.pwb_data.next = false;
+        self.core.pwb_valid.next = self.att.pwb_valid.val();
+        self.core.pwb_idx.next = self.att.pwb_idx.val();
+        self.core.pwb_data.next = self.att.pwb_data.val();
 
         // ---- memory port: the DMA unit, then the matrix unit, then the attention unit, fetch in the cycles
         // they leave

@@ -161,7 +161,7 @@ fn run_core(bench: Bench) -> Outcome {
                 let w = u128::from(word.get_bits::<64>(0).to_u64()) | u128::from(word.get_bits::<64>(64).to_u64()) << 64;
                 let instr = decode(w).expect("the core issues only legal words");
                 let pc = x.iss_pc.val().to_u32();
-                let unit = Unit::of_class(instr.spec().class).unwrap();
+                let unit = Unit::of_spec(instr.spec()).unwrap();
                 assert_eq!(x.iss_valid.val().to_u64(), 1 << unit.issue_bit().unwrap(), "one-hot valid of {instr:?}");
                 issued.push((pc, instr.mnemonic().to_string(), x.iss_reg.val().to_u32()));
                 issued_head_dim.push(x.iss_csr.val().get_bits::<32>(32 * Csr::HeadDim as usize).to_u32());

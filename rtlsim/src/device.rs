@@ -3,7 +3,7 @@
 //!
 //! The top holds the register file, the controller core, the DMA, matrix, vector and attention units and the
 //! scratchpad on one memory port (docs/rtl.md, "Control (`ctrl`), the DMA unit and the top so far"); compiled
-//! programs run on it (everything but `route` and `matmul fmt=f16`). The memory model answers reads in order after `mem_latency_cycles` of the config, one request per cycle;
+//! programs run on it (everything but `matmul fmt=f16`, `conv` and `maxpool`). The memory model answers reads in order after `mem_latency_cycles` of the config, one request per cycle;
 //! host accesses to device memory (`mem_write`, `mem_read`) go straight to the model, as a card's DMA engine
 //! would. The model exists only for the `sim` preset (the one the build verilates).
 

@@ -2,6 +2,8 @@
 //! V rows from the scratchpad to device memory at `k + P kv_stride`, the presence byte of position `P`), with
 //! the CSRs set by `csrw` and `P` from a register, then every byte of the device-memory window, the
 //! registers, INSTRET and the byte counters compared; and every `kvappend` trap by code, pc and ERROR_INFO.
+//! `attn` over two layers with absent positions served by the history; `route` (decisions, predicates,
+//! presence bytes, SKIPPED_BLOCKS) and its traps.
 
 mod common;
 
@@ -196,6 +198,89 @@ fn attn_traps_equal_the_functional_simulator() {
         ),
     ] {
         let text = format!("{setup}\nseti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
+        compare_with_func(&text, &d);
+        eprintln!("trap equal: {what}");
+    }
+}
+
+/// Where the `route` tests put their operands: `x` (FP16), three routers (execute row, skip row, biases),
+/// the presence bytes.
+const X_MEM: u64 = 0x0;
+const ROUTERS: [u64; 3] = [0x2000, 0x4800, 0x7000];
+const R_PRES: u64 = 0xF000;
+
+/// Device memory for `route`: moderate FP16 values for `x` and the routers (so both decisions occur),
+/// random presence bytes.
+fn route_data(rng: &mut Rng) -> Vec<u8> {
+    let mut d: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
+    for i in (0..0xE000u64).step_by(2) {
+        let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * 2.0);
+        d[i as usize..i as usize + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    d
+}
+
+#[test]
+fn route_equals_the_functional_simulator() {
+    if !models_or_skip("RTL route vs functional simulator") {
+        return;
+    }
+    let mut rng = Rng(0x4a7_0005);
+    let mut skipped = 0;
+    // 1 line, a few lines, SmolLM2's hidden size (36 lines), a chunk and one more line, two chunks and one
+    for (case, cols) in [16u32, 48, 576, 1040, 2064, 64, 128, 256].into_iter().enumerate() {
+        let d = route_data(&mut rng);
+        let x_spm = rng.below(64) as u32 * 3; // any word address
+        let mut p = format!("load spm={x_spm} mem={} bytes={} idx=r0 stride=0\n", X_MEM / 32, 2 * cols);
+        if case % 4 != 3 {
+            p += &format!("csrw csr=kv_present rs=r0 imm={}\n", R_PRES / 32);
+        }
+        // three routers on the same x: their decisions into p1..p3, each followed by the block it skips
+        for (i, w) in ROUTERS.iter().enumerate() {
+            let pos = rng.below(200);
+            let mark = u8::from(i != 1 || case % 2 == 0);
+            p += &format!(
+                "seti rd=r5 imm={pos}\nroute pd=p{} mark={mark} pos=r5 src={x_spm} w={} cols={cols}\nskip pred=p{} count=1\naddi rd=r{} rs=r0 imm={}\n",
+                i + 1,
+                w / 32,
+                i + 1,
+                8 + i,
+                100 + i
+            );
+        }
+        p += "end\n";
+        let cycles = compare_with_func(&p, &d);
+        let mut func = opu_sim::FuncSim::new(&opu_hw::OverlayConfig::sim());
+        common::run_program("functional simulator", &mut func, &opu_hw::isa::encode_program(&opu_hw::isa::asm::assemble(&p).unwrap()).unwrap(), &d);
+        let s = opu_hw::device::Device::mmio_read(&mut func, opu_hw::regs::SKIPPED_BLOCKS).unwrap();
+        skipped += s;
+        eprintln!("case {case}: cols {cols}: {s} of 3 skipped, {cycles} cycles");
+    }
+    // both decisions occurred
+    assert!((1..24).contains(&skipped), "{skipped} of 24 routes skipped");
+}
+
+#[test]
+fn route_traps_equal_the_functional_simulator() {
+    if !models_or_skip("RTL route traps") {
+        return;
+    }
+    let mut rng = Rng(0x4a7_0006);
+    let d = route_data(&mut rng);
+    let mem_lines = (1u64 << 30) / 32;
+    let pres = format!("csrw csr=kv_present rs=r0 imm={}", R_PRES / 32);
+    for (what, setup, m) in [
+        ("cols 0", pres.clone(), "route pd=p2 mark=1 pos=r5 src=0 w=0x100 cols=0".to_string()),
+        ("cols not whole lines", pres.clone(), "route pd=p2 mark=1 pos=r5 src=0 w=0x100 cols=40".into()),
+        ("x past the scratchpad", pres.clone(), "route pd=p2 mark=1 pos=r5 src=0x3FFF0 w=0x100 cols=64".into()),
+        ("the weights past device memory", pres.clone(), format!("route pd=p2 mark=1 pos=r5 src=0 w={} cols=64", mem_lines - 8)),
+        (
+            "the presence byte past device memory",
+            format!("seti rd=r7 imm={}\ncsrw csr=kv_present rs=r7 imm=0\nseti rd=r5 imm=40", mem_lines - 1),
+            "route pd=p2 mark=1 pos=r5 src=0 w=0x100 cols=64".into(),
+        ),
+    ] {
+        let text = format!("seti rd=r5 imm=3\n{setup}\nseti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
         compare_with_func(&text, &d);
         eprintln!("trap equal: {what}");
     }

@@ -157,6 +157,7 @@ fn operands_that_break_the_rules_are_bad_operands() {
         "rope style=neox heads=0 head_dim=8 rows=1 dst=0x1000 src=0 table=0x800",
         "argmax dt=f16 rd=r1 dst=0x1000 src=0 n=0",
         "route pd=p0 mark=0 pos=r0 src=0 w=0x100 cols=0",
+        "route pd=p0 mark=0 pos=r0 src=0 w=0x100 cols=40", // not whole lines
         "attn group=0 kvh=0 len=r8 dst=0x1000 q=0 k=0x100 v=0x200",
         "maxpool k=0 stride=1 h=4 w=4 c=1 dst=0x1000 src=0",
     ];

@@ -100,6 +100,20 @@ pub enum AttnState {
     Recip,
     Out,
     OutWait,
+    // ---- route
+    /// `cols`; the vector `x` in the scratchpad; the weights and the presence byte in device memory.
+    RChk0,
+    RChk1,
+    RChk2,
+    RChk3,
+    /// The biases' line.
+    RBias,
+    RBiasWait,
+    /// A chunk of up to 64 lines: `x` from the scratchpad, the execute and skip rows from device memory.
+    RLoad,
+    /// The chunk's beats through the router; after the last chunk, its decision.
+    RBeat,
+    RWait,
     /// Flushed: memory responses still in flight run out.
     Drain,
 }
@@ -146,6 +160,12 @@ pub struct AttentionUnit {
     pub bytes_written: Signal<Out, Bits<64>>,
     pub macs: Signal<Out, Bits<64>>,
     pub hits: Signal<Out, Bits<32>>,
+    /// `route` decisions that skipped a block (SKIPPED_BLOCKS).
+    pub skipped: Signal<Out, Bits<32>>,
+    /// Predicate write-back of `route` (`p[pd]` = skip).
+    pub pwb_valid: Signal<Out, Bit>,
+    pub pwb_idx: Signal<Out, Bits<3>>,
+    pub pwb_data: Signal<Out, Bit>,
 
     // ---- datapath
     router: Router,
@@ -244,6 +264,23 @@ pub struct AttentionUnit {
     lanes_busy: DFF<Bits<8>>,
     rwait: DFF<Bits<8>>,
 
+    // ---- route
+    is_route: DFF<Bit>,
+    pd: DFF<Bits<3>>,
+    mark: DFF<Bit>,
+    /// The presence byte's value (kvappend 1, route 1 when executing).
+    mval: DFF<Bit>,
+    cols: DFF<Bits<16>>,
+    rb0: DFF<Bits<16>>,
+    rb1: DFF<Bits<16>>,
+    /// First line of the chunk within a row.
+    ch_line: DFF<Bits<16>>,
+    xcap_v: DFF<Bit>,
+    xcap_l: DFF<Bits<8>>,
+    sc_first: DFF<Bit>,
+    sc_last: DFF<Bit>,
+    skipped_total: DFF<Bits<32>>,
+
     // ---- constants
     spm_bytes: Constant<Bits<32>>,
     mem_bytes: Constant<Bits<72>>,
@@ -252,6 +289,12 @@ pub struct AttentionUnit {
     hist_w16: Constant<Bits<HIST_LINE_BITS>>,
     op_kvappend: Constant<Bits<8>>,
     op_attn: Constant<Bits<8>>,
+    op_route: Constant<Bits<8>>,
+    f_pd: Constant<Bits<8>>,
+    f_mark: Constant<Bits<8>>,
+    f_rsrc: Constant<Bits<8>>,
+    f_rw: Constant<Bits<8>>,
+    f_cols: Constant<Bits<8>>,
     f_ksrc: Constant<Bits<8>>,
     f_vsrc: Constant<Bits<8>>,
     f_k: Constant<Bits<8>>,
@@ -278,6 +321,12 @@ pub struct AttentionUnit {
     opc: Signal<Local, Bits<8>>,
     supported: Signal<Local, Bit>,
     is_attn: Signal<Local, Bit>,
+    is_route_op: Signal<Local, Bit>,
+    /// route: lines per row, lines of this chunk, the chunk's request line.
+    rl: Signal<Local, Bits<16>>,
+    rl_rem: Signal<Local, Bits<16>>,
+    nlc: Signal<Local, Bits<8>>,
+    r_line: Signal<Local, Bits<64>>,
     raise: Signal<Local, Bit>,
     raise_code: Signal<Local, Bits<4>>,
     raise_info: Signal<Local, Bits<64>>,
@@ -369,6 +418,10 @@ impl AttentionUnit {
             bytes_written: Default::default(),
             macs: Default::default(),
             hits: Default::default(),
+            skipped: Default::default(),
+            pwb_valid: Default::default(),
+            pwb_idx: Default::default(),
+            pwb_data: Default::default(),
             router: Default::default(),
             reduce: Default::default(),
             lane: Default::default(),
@@ -446,6 +499,19 @@ impl AttentionUnit {
             u_upd: Default::default(),
             lanes_busy: Default::default(),
             rwait: Default::default(),
+            is_route: Default::default(),
+            pd: Default::default(),
+            mark: Default::default(),
+            mval: Default::default(),
+            cols: Default::default(),
+            rb0: Default::default(),
+            rb1: Default::default(),
+            ch_line: Default::default(),
+            xcap_v: Default::default(),
+            xcap_l: Default::default(),
+            sc_first: Default::default(),
+            sc_last: Default::default(),
+            skipped_total: Default::default(),
             spm_bytes: k(u64::from(config.scratchpad_bytes)),
             mem_bytes: k(config.device_memory_bytes),
             hist_slots: k(u64::from(config.kv_history_slots)),
@@ -453,6 +519,12 @@ impl AttentionUnit {
             hist_w16: k(u64::from(config.kv_history_width / 16)),
             op_kvappend: k(u64::from(decode::opcode("kvappend"))),
             op_attn: k(u64::from(decode::opcode("attn"))),
+            op_route: k(u64::from(decode::opcode("route"))),
+            f_pd: f("route", "pd"),
+            f_mark: f("route", "mark"),
+            f_rsrc: f("route", "src"),
+            f_rw: f("route", "w"),
+            f_cols: f("route", "cols"),
             f_ksrc: f("kvappend", "ksrc"),
             f_vsrc: f("kvappend", "vsrc"),
             f_k: f("kvappend", "k"),
@@ -477,6 +549,11 @@ impl AttentionUnit {
             opc: Default::default(),
             supported: Default::default(),
             is_attn: Default::default(),
+            is_route_op: Default::default(),
+            rl: Default::default(),
+            rl_rem: Default::default(),
+            nlc: Default::default(),
+            r_line: Default::default(),
             raise: Default::default(),
             raise_code: Default::default(),
             raise_info: Default::default(),
@@ -538,7 +615,8 @@ impl Logic for AttentionUnit {
             vrow, mark_byte, li, second, trap_r, trap_code_r, trap_info_r, rd_total, wr_total, macs_total, hits_total,
             outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, present, slot_r, dpass, rq, rs, qg, ql,
             qcap_v, qcap_g, qcap_l, pass, beat, qbase, sc_v, sc_beat, hold_v, hold_row, hold_score, smcnt, ug, ui,
-            obase, u_v, u_chunk, u_half, u_upd, lanes_busy, rwait
+            obase, u_v, u_chunk, u_half, u_upd, lanes_busy, rwait, is_route, pd, mark, mval, cols, rb0, rb1, ch_line, xcap_v,
+            xcap_l, sc_first, sc_last, skipped_total
         );
         self.router.clock.next = self.clock.val();
         self.router.reset.next = self.reset.val() | self.flush.val();
@@ -581,7 +659,8 @@ impl Logic for AttentionUnit {
         // ---- issue
         self.opc.next = self.iss_word.val().get_bits::<8>(0);
         self.is_attn.next = self.opc.val() == self.op_attn.val();
-        self.supported.next = (self.opc.val() == self.op_kvappend.val()) | self.is_attn.val();
+        self.is_route_op.next = self.opc.val() == self.op_route.val();
+        self.supported.next = (self.opc.val() == self.op_kvappend.val()) | self.is_attn.val() | self.is_route_op.val();
         self.idle.next = self.state.q.val() == AttnState::Idle;
         self.iss_ready.next = (self.state.q.val() == AttnState::Idle) & self.supported.val() & !self.trap_r.q.val();
         self.progress.next = false;
@@ -594,6 +673,10 @@ impl Logic for AttentionUnit {
         self.bytes_written.next = self.wr_total.q.val();
         self.macs.next = self.macs_total.q.val();
         self.hits.next = self.hits_total.q.val();
+        self.skipped.next = self.skipped_total.q.val();
+        self.pwb_valid.next = false;
+        self.pwb_idx.next = self.pd.q.val();
+        self.pwb_data.next = self.router.skip.val();
 
         // ---- sizes and address arithmetic: `pos` x kv_stride in 64 bits from four 16 x 16 products
         self.row_bytes.next = self.hd.q.val() << 1;
@@ -631,6 +714,10 @@ impl Logic for AttentionUnit {
             self.spm_start.next = bit_cast::<32, 20>(self.qsrc.q.val()) << 2;
             self.spm_len.next = self.heads_bytes.val();
         }
+        if self.state.q.val() == AttnState::RChk1 {
+            self.spm_start.next = bit_cast::<32, 20>(self.qsrc.q.val()) << 2;
+            self.spm_len.next = bit_cast::<32, 16>(self.cols.q.val()) << 1;
+        }
         self.spm_first.next = bit_cast::<64, 32>(self.spm_start.val());
         if self.spm_start.val() < self.spm_bytes.val() {
             self.spm_first.next = bit_cast::<64, 32>(self.spm_bytes.val());
@@ -640,9 +727,14 @@ impl Logic for AttentionUnit {
         if (self.state.q.val() == AttnState::Check4) | (self.second.q.val() & (self.state.q.val() == AttnState::PosGo)) {
             self.mem_start.next = self.vrow.q.val() << 5;
         }
-        if self.state.q.val() == AttnState::Check5 {
+        if (self.state.q.val() == AttnState::Check5) | (self.state.q.val() == AttnState::RChk3) {
             self.mem_start.next = self.mark_byte.q.val();
             self.mem_len.next = 1.into();
+        }
+        if self.state.q.val() == AttnState::RChk2 {
+            // the two rows and the biases: 4 cols + 4 bytes from line w
+            self.mem_start.next = bit_cast::<72, 32>(self.kline.q.val()) << 5;
+            self.mem_len.next = (bit_cast::<72, 16>(self.cols.q.val()) << 2) + 4;
         }
         if self.state.q.val() == AttnState::AChk3 {
             self.mem_start.next = bit_cast::<72, 32>(self.kvp.q.val()) << 5;
@@ -668,6 +760,22 @@ impl Logic for AttentionUnit {
         self.slot_ok.next = (self.t.q.val() < self.hist_slots.val()) & self.width_ok.q.val();
         self.next_pos.next = false;
 
+        // ---- route: a chunk is up to 64 lines of each row (the K buffer's size); the request `rq` is line
+        // `ch_line + rq` of the execute row, then of the skip row (which starts `rl` lines later)
+        self.rl.next = self.cols.q.val() >> 4;
+        self.rl_rem.next = self.rl.val() - self.ch_line.q.val();
+        self.nlc.next = 64.into();
+        if self.rl_rem.val() < 64 {
+            self.nlc.next = self.rl_rem.val().get_bits::<8>(0);
+        }
+        self.r_line.next = bit_cast::<64, 32>(self.kline.q.val()) + bit_cast::<64, 16>(self.ch_line.q.val()) + bit_cast::<64, 8>(self.rq.q.val());
+        if self.rq.q.val() >= self.nlc.val() {
+            self.r_line.next = bit_cast::<64, 32>(self.kline.q.val())
+                + bit_cast::<64, 16>(self.rl.val())
+                + bit_cast::<64, 16>(self.ch_line.q.val())
+                + bit_cast::<64, 8>(self.rq.q.val() - self.nlc.val());
+        }
+
         // ---- memory and scratchpad defaults: kvappend's row line, read the cycle before it is offered
         self.kv_line.next = self.krow.q.val() + bit_cast::<72, 8>(self.rq.q.val());
         if self.rq.q.val() >= self.nl.val() {
@@ -678,6 +786,9 @@ impl Logic for AttentionUnit {
         if self.second.q.val() {
             self.row_line.next = self.vrow.q.val() + bit_cast::<72, 8>(self.li.q.val());
             self.s_raddr.next = self.vsrc.q.val() + (bit_cast::<20, 8>(self.li.q.val()) << 3);
+        }
+        if self.state.q.val() == AttnState::RLoad {
+            self.s_raddr.next = self.qsrc.q.val() + (bit_cast::<20, 16>(self.ch_line.q.val() + bit_cast::<16, 8>(self.li.q.val())) << 3);
         }
         if self.state.q.val() == AttnState::LoadQ {
             self.s_raddr.next = self.qsrc.q.val()
@@ -694,6 +805,13 @@ impl Logic for AttentionUnit {
         }
         if self.state.q.val() == AttnState::KvFetch {
             self.m_addr.next = self.kv_line.val().get_bits::<64>(0);
+        }
+        if self.state.q.val() == AttnState::RBias {
+            // the biases follow the two rows: line w + cols / 8
+            self.m_addr.next = bit_cast::<64, 32>(self.kline.q.val()) + bit_cast::<64, 16>(self.cols.q.val() >> 3);
+        }
+        if self.state.q.val() == AttnState::RLoad {
+            self.m_addr.next = self.r_line.val();
         }
         self.m_wdata.next = self.s_rdata.val();
         self.m_wmask.next = self.ones32.val();
@@ -761,6 +879,14 @@ impl Logic for AttentionUnit {
             }
         }
 
+        // ---- route: the line of `x` read from the scratchpad last cycle
+        self.xcap_v.d.next = false;
+        if self.xcap_v.q.val() {
+            self.kbuf.write_enable.next = true;
+            self.kbuf.write_address.next = self.xcap_l.q.val().get_bits::<6>(0);
+            self.kbuf.write_data.next = self.s_rdata.val();
+        }
+
         // ---- the router: a beat read from the buffers last cycle
         self.router.valid.next = self.sc_v.q.val();
         self.router.first.next = self.sc_beat.q.val() == 0;
@@ -775,6 +901,13 @@ impl Logic for AttentionUnit {
         }
         self.router.b0.next = 0.into();
         self.router.b1.next = 0.into();
+        if self.is_route.q.val() {
+            // a route's vector spans chunks: first and last beat as the chunking says, and its biases
+            self.router.first.next = self.sc_first.q.val();
+            self.router.last.next = self.sc_last.q.val();
+            self.router.b0.next = self.rb0.q.val();
+            self.router.b1.next = self.rb1.q.val();
+        }
         self.sc_v.d.next = false;
 
         // ---- the lanes: a score pair to scale, an update chunk or an output chunk read last cycle
@@ -786,7 +919,7 @@ impl Logic for AttentionUnit {
         self.lane_d.next = 0.into();
         // tag: valid (15), kind (14:13: 0 update, 1 score, 2 output), the row or the output line (12:0)
         self.lane_tag.next = bits::<TAG_BITS>(0x8000) | bits::<TAG_BITS>(0x2000) | (bit_cast::<TAG_BITS, 4>(self.dpass.q.val()) << 1);
-        if self.router.done.val() {
+        if self.router.done.val() & !self.is_route.q.val() {
             self.lane_go.next = true;
         }
         if self.u_v.q.val() {
@@ -865,7 +998,7 @@ impl Logic for AttentionUnit {
                 self.lane[1].tag.next = self.lane_tag.val() + 1;
             }
         }
-        if self.router.done.val() {
+        if self.router.done.val() & !self.is_route.q.val() {
             self.dpass.d.next = self.dpass.q.val() + 1;
         }
 
@@ -946,7 +1079,18 @@ impl Logic for AttentionUnit {
                     self.stride.d.next = self.iss_aux.val().get_bits::<32>(self.csr_stride.val().index());
                     self.scale.d.next = self.iss_aux.val().get_bits::<32>(self.csr_scale.val().index());
                     self.kvp.d.next = self.iss_aux.val().get_bits::<32>(self.csr_kvp.val().index());
+                    self.mval.d.next = true;
+                    self.is_route.d.next = false;
                     self.state.d.next = AttnState::Check0;
+                    if self.is_route_op.val() {
+                        self.is_route.d.next = true;
+                        self.pd.d.next = self.iss_word.val().get_bits::<3>(self.f_pd.val().index());
+                        self.mark.d.next = self.iss_word.val().get_bit(self.f_mark.val().index());
+                        self.qsrc.d.next = self.iss_word.val().get_bits::<20>(self.f_rsrc.val().index());
+                        self.kline.d.next = self.iss_word.val().get_bits::<32>(self.f_rw.val().index());
+                        self.cols.d.next = self.iss_word.val().get_bits::<16>(self.f_cols.val().index());
+                        self.state.d.next = AttnState::RChk0;
+                    }
                     if self.is_attn.val() {
                         // `t` holds r[len] for the checks; `pos` becomes len - 1 (the last position)
                         self.group.d.next = self.iss_word.val().get_bits::<4>(self.f_group.val().index());
@@ -1016,15 +1160,127 @@ impl Logic for AttentionUnit {
                 }
             }
             AttnState::Mark => {
-                // byte `P` of the presence bytes: 1
+                // byte `P` of the presence bytes: 1 (kvappend), 0 or 1 (route)
                 self.m_req.next = true;
                 self.m_addr.next = self.mark_byte.q.val().get_bits::<64>(5);
                 self.m_wmask.next = bits::<32>(1) << self.mark_byte.q.val().get_bits::<5>(0);
-                self.m_wdata.next = bits::<256>(1) << (bit_cast::<8, 5>(self.mark_byte.q.val().get_bits::<5>(0)) << 3);
+                self.m_wdata.next = bit_cast::<256, 1>(self.mval.q.val().into()) << (bit_cast::<8, 5>(self.mark_byte.q.val().get_bits::<5>(0)) << 3);
                 if self.m_req_ready.val() {
                     self.progress.next = true;
                     self.wr_total.d.next = self.wr_total.q.val() + 1;
                     self.state.d.next = AttnState::Idle;
+                }
+            }
+            // ---- route: checks in the functional simulator's order, then the biases, the chunks, the decision
+            AttnState::RChk0 => {
+                self.mark_byte.d.next = (bit_cast::<72, 32>(self.kvp.q.val()) << 5) + bit_cast::<72, 32>(self.pos.q.val());
+                self.state.d.next = AttnState::RChk1;
+                if (self.cols.q.val() == 0) | (self.cols.q.val().get_bits::<4>(0) != 0) {
+                    self.raise.next = true;
+                }
+            }
+            AttnState::RChk1 => {
+                self.state.d.next = AttnState::RChk2;
+                self.chk_spm.next = true;
+            }
+            AttnState::RChk2 => {
+                self.state.d.next = AttnState::RChk3;
+                self.chk_mem.next = true;
+            }
+            AttnState::RChk3 => {
+                self.state.d.next = AttnState::RBias;
+                self.chk_mem.next = self.mark.q.val() & (self.kvp.q.val() != self.ones32.val());
+            }
+            AttnState::RBias => {
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.state.d.next = AttnState::RBiasWait;
+                }
+            }
+            AttnState::RBiasWait => {
+                if self.m_resp.val() {
+                    self.progress.next = true;
+                    self.rb0.d.next = self.m_rdata.val().get_bits::<16>(0);
+                    self.rb1.d.next = self.m_rdata.val().get_bits::<16>(16);
+                    self.ch_line.d.next = 0.into();
+                    self.rq.d.next = 0.into();
+                    self.rs.d.next = 0.into();
+                    self.li.d.next = 0.into();
+                    self.state.d.next = AttnState::RLoad;
+                }
+            }
+            AttnState::RLoad => {
+                // the chunk's lines of both rows from memory (any number in flight) and of x from the
+                // scratchpad (a line per cycle, captured the next)
+                if self.rq.q.val() < (self.nlc.val() << 1) {
+                    self.m_req.next = true;
+                    if self.m_req_ready.val() {
+                        self.rq.d.next = self.rq.q.val() + 1;
+                    }
+                }
+                if self.li.q.val() < self.nlc.val() {
+                    self.xcap_v.d.next = true;
+                    self.xcap_l.d.next = self.li.q.val();
+                    self.li.d.next = self.li.q.val() + 1;
+                }
+                if self.m_resp.val() {
+                    self.progress.next = true;
+                    self.rs.d.next = self.rs.q.val() + 1;
+                    if self.rs.q.val() < self.nlc.val() {
+                        self.qbuf0.write_enable.next = true;
+                        self.qbuf0.write_address.next = bit_cast::<9, 8>(self.rs.q.val());
+                        self.qbuf0.write_data.next = self.m_rdata.val();
+                    } else {
+                        self.qbuf1.write_enable.next = true;
+                        self.qbuf1.write_address.next = bit_cast::<9, 8>(self.rs.q.val() - self.nlc.val());
+                        self.qbuf1.write_data.next = self.m_rdata.val();
+                    }
+                }
+                if (self.rs.q.val() + 1 == (self.nlc.val() << 1)) & self.m_resp.val() & (self.li.q.val() == self.nlc.val()) & !self.xcap_v.q.val() {
+                    self.state.d.next = AttnState::RBeat;
+                    self.beat.d.next = 0.into();
+                    self.qbase.d.next = 0.into();
+                }
+                if (self.rs.q.val() == (self.nlc.val() << 1)) & (self.li.q.val() == self.nlc.val()) & !self.xcap_v.q.val() {
+                    self.state.d.next = AttnState::RBeat;
+                    self.beat.d.next = 0.into();
+                    self.qbase.d.next = 0.into();
+                }
+            }
+            AttnState::RBeat => {
+                // beat `beat` (8 columns) of the chunk is read now and enters the router next cycle
+                self.sc_v.d.next = true;
+                self.sc_beat.d.next = self.beat.q.val();
+                self.sc_first.d.next = (self.ch_line.q.val() == 0) & (self.beat.q.val() == 0);
+                self.sc_last.d.next = (self.ch_line.q.val() + bit_cast::<16, 8>(self.nlc.val()) == self.rl.val())
+                    & (self.beat.q.val() + 1 == (self.nlc.val() << 1));
+                self.beat.d.next = self.beat.q.val() + 1;
+                self.progress.next = true;
+                if self.beat.q.val() + 1 == (self.nlc.val() << 1) {
+                    self.ch_line.d.next = self.ch_line.q.val() + bit_cast::<16, 8>(self.nlc.val());
+                    self.rq.d.next = 0.into();
+                    self.rs.d.next = 0.into();
+                    self.li.d.next = 0.into();
+                    self.state.d.next = AttnState::RLoad;
+                    if self.ch_line.q.val() + bit_cast::<16, 8>(self.nlc.val()) == self.rl.val() {
+                        self.state.d.next = AttnState::RWait;
+                    }
+                }
+            }
+            AttnState::RWait => {
+                if self.router.done.val() {
+                    // p[pd] = skip; SKIPPED_BLOCKS; the two rows and the biases read; the presence byte
+                    self.progress.next = true;
+                    self.pwb_valid.next = true;
+                    if self.router.skip.val() {
+                        self.skipped_total.d.next = self.skipped_total.q.val() + 1;
+                    }
+                    self.rd_total.d.next = self.rd_total.q.val() + (bit_cast::<64, 16>(self.cols.q.val()) << 2) + 4;
+                    self.mval.d.next = !self.router.skip.val();
+                    self.state.d.next = AttnState::Idle;
+                    if self.mark.q.val() & (self.kvp.q.val() != self.ones32.val()) {
+                        self.state.d.next = AttnState::Mark;
+                    }
                 }
             }
             // ---- attn: checks
@@ -1351,6 +1607,7 @@ impl Logic for AttentionUnit {
             self.wr_total.d.next = 0.into();
             self.macs_total.d.next = 0.into();
             self.hits_total.d.next = 0.into();
+            self.skipped_total.d.next = 0.into();
         }
     }
 }

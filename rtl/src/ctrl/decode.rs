@@ -18,11 +18,11 @@ pub enum Unit {
     Core = 0,
     /// DMA engines: `load store load2d store2d`.
     Dma = 1,
-    /// Weight stream, PE array and router: `matmul route`.
+    /// Weight stream and PE array: `matmul`.
     Matrix = 2,
     /// Vector lanes and reductions: `vop rmsnorm rope argmax`.
     Vector = 3,
-    /// Attention unit with the KV history buffer: `attn kvappend`.
+    /// Attention unit with the KV history buffer and the router datapath: `attn kvappend route`.
     Attention = 4,
 }
 
@@ -41,6 +41,16 @@ impl Unit {
             "attention" => Unit::Attention,
             _ => return None,
         })
+    }
+
+    /// The unit that executes `spec` on this RTL: its class's, except `route`. The ISA's class of `route`
+    /// is "matrix" (the router sits beside the PE array), but the router's FP16 dot-product datapath is the
+    /// one the attention unit scores with, so `route` runs there.
+    pub fn of_spec(spec: &OpSpec) -> Option<Unit> {
+        if spec.mnemonic == "route" {
+            return Some(Unit::Attention);
+        }
+        Unit::of_class(spec.class)
     }
 
     /// Bit of the unit in the one-hot issue bus (`Core` has none).
@@ -129,7 +139,7 @@ fn enum_max(spec: &OpSpec, i: usize) -> Option<u32> {
 /// The decoder's view of `opcode`.
 pub fn op_info(opcode: u8) -> OpInfo {
     let Some(spec) = SPECS.iter().find(|s| s.opcode == opcode) else { return OpInfo::default() };
-    let Some(unit) = Unit::of_class(spec.class) else { return OpInfo::default() };
+    let Some(unit) = Unit::of_spec(spec) else { return OpInfo::default() };
     let mut checks = [EnumCheck::default(); 2];
     let mut n_checks = 0;
     let mut info = OpInfo { known: true, used_bits: spec.used_bits(), unit: unit as u8, ..OpInfo::default() };

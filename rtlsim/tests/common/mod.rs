@@ -29,7 +29,8 @@ pub const CODE: u64 = 0x10_0000;
 pub const WINDOW: usize = 1 << 16;
 
 /// What a run leaves: the outcome (trap code, pc, ERROR_INFO), the device-memory window and, after a run
-/// that completed, the registers and the counters INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS.
+/// that completed, the registers, the predicates and the counters INSTRET, BYTES_READ, BYTES_WRITTEN, MACS,
+/// KV_HISTORY_HITS, SKIPPED_BLOCKS.
 #[derive(Debug, PartialEq)]
 pub struct RunState {
     pub result: Result<(), (ErrorCode, u32, u64)>,
@@ -55,13 +56,20 @@ pub fn run_program(who: &str, dev: &mut dyn Device, code: &[u8], data: &[u8]) ->
     let mut mem = vec![0u8; WINDOW];
     dev.mem_read(0, &mut mem).unwrap();
     let ok = result.is_ok();
-    let regs_seen: Vec<u32> = if ok { (0..16).map(|i| dev.mmio_read(regs::DBG_R0 + 4 * i).unwrap()).collect() } else { Vec::new() };
+    let regs_seen: Vec<u32> = if ok {
+        let mut r: Vec<u32> = (0..16).map(|i| dev.mmio_read(regs::DBG_R0 + 4 * i).unwrap()).collect();
+        r.push(dev.mmio_read(regs::DBG_PRED).unwrap());
+        r
+    } else {
+        Vec::new()
+    };
     let counters = if ok {
         let mut c: Vec<u64> = [regs::INSTRET_LO, regs::BYTES_READ_LO, regs::BYTES_WRITTEN_LO, regs::MACS_LO]
             .iter()
             .map(|&r| dev.mmio_read64(r).unwrap())
             .collect();
         c.push(u64::from(dev.mmio_read(regs::KV_HISTORY_HITS).unwrap()));
+        c.push(u64::from(dev.mmio_read(regs::SKIPPED_BLOCKS).unwrap()));
         c
     } else {
         Vec::new()
@@ -87,7 +95,7 @@ pub fn compare_with_func(text: &str, data: &[u8]) -> u64 {
             &want.mem[lo..lo + 16]
         );
     }
-    assert_eq!(got.regs, want.regs, "registers\n{text}");
-    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS\n{text}");
+    assert_eq!(got.regs, want.regs, "registers r0..r15, predicates\n{text}");
+    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS, SKIPPED_BLOCKS\n{text}");
     cycles
 }
