@@ -55,6 +55,11 @@ pub struct Counters {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub macs: u64,
+    pub skipped_blocks: u64,
+    pub kv_history_hits: u64,
+    pub kv_history_misses: u64,
+    /// Busy cycles per unit (`opu_hw::isa::ExecUnit` order).
+    pub busy: [u64; 4],
 }
 
 impl Counters {
@@ -65,6 +70,15 @@ impl Counters {
             bytes_read: dev.mmio_read64(regs::BYTES_READ_LO)?,
             bytes_written: dev.mmio_read64(regs::BYTES_WRITTEN_LO)?,
             macs: dev.mmio_read64(regs::MACS_LO)?,
+            skipped_blocks: u64::from(dev.mmio_read(regs::SKIPPED_BLOCKS)?),
+            kv_history_hits: u64::from(dev.mmio_read(regs::KV_HISTORY_HITS)?),
+            kv_history_misses: u64::from(dev.mmio_read(regs::KV_HISTORY_MISSES)?),
+            busy: [
+                dev.mmio_read64(regs::BUSY_LO)?,
+                dev.mmio_read64(regs::BUSY_LO + 8)?,
+                dev.mmio_read64(regs::BUSY_LO + 16)?,
+                dev.mmio_read64(regs::BUSY_LO + 24)?,
+            ],
         })
     }
     pub fn add(&mut self, o: &Counters) {
@@ -73,5 +87,31 @@ impl Counters {
         self.bytes_read += o.bytes_read;
         self.bytes_written += o.bytes_written;
         self.macs += o.macs;
+        self.skipped_blocks += o.skipped_blocks;
+        self.kv_history_hits += o.kv_history_hits;
+        self.kv_history_misses += o.kv_history_misses;
+        for (b, o) in self.busy.iter_mut().zip(o.busy) {
+            *b += o;
+        }
+    }
+
+    /// The figures of these counters over `tokens` tokens on an overlay of `config`: cycles, bytes moved and
+    /// their rate against the memory's peak, each unit's share of the cycles, tokens/s at the core clock.
+    pub fn figures(&self, tokens: f64, config: &opu_hw::OverlayConfig) -> serde_json::Value {
+        let cycles = self.cycles.max(1) as f64;
+        let moved = (self.bytes_read + self.bytes_written) as f64;
+        let cycles_per_token = self.cycles as f64 / tokens;
+        let utilization: serde_json::Map<String, serde_json::Value> =
+            opu_hw::isa::ExecUnit::ALL.iter().map(|u| (u.name().to_string(), (self.busy[*u as usize] as f64 / cycles).into())).collect();
+        serde_json::json!({
+            "cycles_per_token": cycles_per_token,
+            "bytes_per_token": moved / tokens,
+            "bytes_per_cycle": moved / cycles,
+            "peak_bytes_per_cycle": config.peak_bytes_per_cycle(),
+            "bandwidth_efficiency": moved / cycles / config.peak_bytes_per_cycle(),
+            "unit_utilization": utilization,
+            "projected_tokens_per_second": f64::from(config.core_clock_mhz) * 1e6 / cycles_per_token.max(1.0),
+            "core_clock_mhz": config.core_clock_mhz,
+        })
     }
 }

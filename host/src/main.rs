@@ -385,6 +385,14 @@ fn run(cli: Cli) -> Result<()> {
                     "tokens_per_second": gen.tokens_per_second(),
                     "device": session.backend_stats(),
                 });
+                let mut out = out;
+                // the overlay's figures next to the text: cycles_per_token, unit_utilization,
+                // bytes_per_token, bandwidth_efficiency, projected_tokens_per_second, ...
+                if let Some(serde_json::Value::Object(f)) = session.backend_stats().map(|d| d["figures"].clone()) {
+                    for (k, v) in f {
+                        out[k] = v;
+                    }
+                }
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 println!(
@@ -407,10 +415,22 @@ fn run(cli: Cli) -> Result<()> {
                         d["compile_seconds"].as_f64().unwrap_or(0.0)
                     );
                     // the RTL counts cycles; the functional simulator estimates them
-                    if let Some(c) = pt["cycles"].as_f64() {
-                        println!("-- RTL cycles per decoded token: {c:.0}");
-                    } else if let Some(c) = pt["cycles_estimate"].as_f64() {
-                        println!("-- estimated cycles per decoded token: {c:.0}");
+                    let f = &d["figures"];
+                    if let Some(c) = f["cycles_per_token"].as_f64() {
+                        let est = f["cycles_are_estimates"].as_bool().unwrap_or(true);
+                        let util = f["unit_utilization"]
+                            .as_object()
+                            .map(|u| u.iter().map(|(k, v)| format!("{k} {:.2}", v.as_f64().unwrap_or(0.0))).collect::<Vec<_>>().join(", "))
+                            .unwrap_or_default();
+                        println!(
+                            "-- {} per decoded token: {c:.0}; {:.1} bytes/cycle = bandwidth efficiency {:.3} of {:.0}; busy: {util}; projected {:.1} tokens/s at {} MHz",
+                            if est { "estimated cycles" } else { "RTL cycles" },
+                            f["bytes_per_cycle"].as_f64().unwrap_or(0.0),
+                            f["bandwidth_efficiency"].as_f64().unwrap_or(0.0),
+                            f["peak_bytes_per_cycle"].as_f64().unwrap_or(0.0),
+                            f["projected_tokens_per_second"].as_f64().unwrap_or(0.0),
+                            f["core_clock_mhz"]
+                        );
                     }
                 }
             }

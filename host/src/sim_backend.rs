@@ -44,6 +44,8 @@ pub struct SimBackend {
     pub decode_passes: usize,
     /// Seconds the compiler took to build the program.
     pub compile_seconds: f64,
+    /// The overlay the program was compiled for.
+    config: OverlayConfig,
     /// Kind of each named device-memory region ("weights", "kv", "norms", "table", "io", "code").
     region_kinds: std::collections::HashMap<String, String>,
     /// The program's device-memory regions (the container's layout).
@@ -93,6 +95,7 @@ impl SimBackend {
             decode_counters: Counters::default(),
             decode_passes: 0,
             compile_seconds,
+            config: config.clone(),
             region_kinds,
             regions,
             bytes_by_kind: Default::default(),
@@ -118,8 +121,26 @@ impl SimBackend {
         let e = self.meta.entries[entry].clone();
         let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
         self.dev.device().mem_write(self.meta.ids_addr, &ids)?;
-        loader::run(self.dev.device(), e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT)
-            .with_context(|| format!("running `{}` at position {}", e.name, self.pos))?;
+        // the RTL takes minutes per pass: a spinner with its cycles (hidden when stderr is not a terminal)
+        let bar = match &mut self.dev {
+            ProgramDevice::Rtl(d) => {
+                let bar = indicatif::ProgressBar::new_spinner();
+                let (b, what, start) = (bar.clone(), format!("rtl: `{}` at position {}", e.name, self.pos), std::time::Instant::now());
+                d.set_progress(Some(Box::new(move |cycles| {
+                    let rate = cycles as f64 / start.elapsed().as_secs_f64().max(1e-3);
+                    b.set_message(format!("{what}: {cycles} cycles ({rate:.0} cycles/s)"));
+                    b.tick();
+                })));
+                Some(bar)
+            }
+            ProgramDevice::Func(_) => None,
+        };
+        let run = loader::run(self.dev.device(), e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT);
+        if let (Some(bar), ProgramDevice::Rtl(d)) = (bar, &mut self.dev) {
+            d.set_progress(None);
+            bar.finish_and_clear();
+        }
+        run.with_context(|| format!("running `{}` at position {}", e.name, self.pos))?;
         let run = Counters::read(self.dev.device())?;
         self.counters.add(&run);
         if entry == 0 {
@@ -241,6 +262,13 @@ impl Backend for SimBackend {
         });
         v[cycles_key] = serde_json::json!(all.cycles);
         v["per_token"][cycles_key] = serde_json::json!(c.cycles as f64 / tokens);
+        // per decoded token (else per token): cycles, bytes, bandwidth efficiency, unit utilization, the
+        // projected tokens/s; from the RTL's counters, or the functional simulator's estimate
+        v["figures"] = c.figures(tokens, &self.config);
+        v["figures"]["cycles_are_estimates"] = (!matches!(self.dev, ProgramDevice::Rtl(_))).into();
+        v["skipped_blocks"] = all.skipped_blocks.into();
+        v["kv_history_hits"] = all.kv_history_hits.into();
+        v["kv_history_misses"] = all.kv_history_misses.into();
         Some(v)
     }
 }

@@ -58,10 +58,27 @@ fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
     assert_memory_equal(&mut rtl, &mut sim, "after the decode steps");
     // the RTL counts what the functional simulator counts, and real cycles
     let (rs, ss) = (rtl.stats().unwrap(), sim.stats().unwrap());
-    for k in ["instructions", "macs", "bytes_read", "bytes_written", "passes"] {
+    for k in ["instructions", "macs", "bytes_read", "bytes_written", "passes", "kv_history_hits", "kv_history_misses", "skipped_blocks"] {
         assert_eq!(rs[k], ss[k], "{k}");
     }
     let cycles = rs["cycles"].as_u64().unwrap();
     eprintln!("tiny transformer, 21 tokens in 6 passes: {cycles} RTL cycles (functional estimate {})", ss["cycles_estimate"]);
     assert!(cycles > 1000, "{cycles} cycles");
+    // every present position of every layer's attention read its K/V from memory: 2 layers x 4 decode passes
+    // (positions 16..=20, one pass each) over 17..=21 positions, x 2 KV heads, plus the prefill's
+    assert!(rs["kv_history_misses"].as_u64().unwrap() > 2 * 2 * (17 + 18 + 19 + 20 + 21), "{}", rs["kv_history_misses"]);
+    // the figures: the RTL's per decoded token (the 5 one-token passes), from its counters
+    let f = &rs["figures"];
+    assert_eq!(f["cycles_are_estimates"], false);
+    let per_token = f["cycles_per_token"].as_f64().unwrap();
+    assert!(per_token > 1000.0 && per_token < cycles as f64, "{per_token}");
+    let bpc = f["bytes_per_cycle"].as_f64().unwrap();
+    assert!((f["bandwidth_efficiency"].as_f64().unwrap() - bpc / config.peak_bytes_per_cycle()).abs() < 1e-12);
+    assert!((f["projected_tokens_per_second"].as_f64().unwrap() - 225e6 / per_token).abs() < 1e-6);
+    // one unit works at a time today (docs/rtl.md), so the busy shares add up to at most 1, and each unit
+    // of a transformer has work
+    let u = f["unit_utilization"].as_object().unwrap();
+    let shares: Vec<f64> = ["dma", "matrix", "vector", "attention"].iter().map(|k| u[*k].as_f64().unwrap()).collect();
+    assert!(shares.iter().all(|&x| x > 0.0) && shares.iter().sum::<f64>() <= 1.0, "{u:?}");
+    eprintln!("per decoded token: {per_token:.0} cycles, {bpc:.2} bytes/cycle, busy {u:?}");
 }

@@ -27,9 +27,12 @@ pub const MACS_LO: u32 = 0x0A0;
 pub const STALL_CYCLES_LO: u32 = 0x0A8;
 pub const SKIPPED_BLOCKS: u32 = 0x0B0;
 pub const KV_HISTORY_HITS: u32 = 0x0B4;
+pub const KV_HISTORY_MISSES: u32 = 0x0B8;
 pub const ERROR_CODE: u32 = 0x0C0;
 pub const ERROR_PC: u32 = 0x0C4;
 pub const ERROR_INFO_LO: u32 = 0x0C8;
+/// Busy cycles of unit `u` (`isa::ExecUnit as u32`): a 64-bit pair at `BUSY_LO + 8 u`.
+pub const BUSY_LO: u32 = 0x0D0;
 pub const CFG_PE_LANES: u32 = 0x100;
 pub const CFG_DOT_WIDTH: u32 = 0x104;
 pub const CFG_SCRATCHPAD_BYTES: u32 = 0x108;
@@ -147,10 +150,19 @@ pub const REGISTERS: &[Register] = &[
     reg!("STALL_CYCLES_HI", STALL_CYCLES_LO + 4, Ro, "cycles waited for memory, high word"),
     reg!("SKIPPED_BLOCKS", SKIPPED_BLOCKS, Ro, "ROUTE decisions that skipped a block"),
     reg!("KV_HISTORY_HITS", KV_HISTORY_HITS, Ro, "K/V rows served from the KV history buffer instead of memory"),
+    reg!("KV_HISTORY_MISSES", KV_HISTORY_MISSES, Ro, "K/V rows attention read from device memory (present positions)"),
     reg!("ERROR_CODE", ERROR_CODE, Ro, "trap cause of the last run (see ErrorCode); 0 = none"),
     reg!("ERROR_PC", ERROR_PC, Ro, "index of the instruction that trapped"),
     reg!("ERROR_INFO_LO", ERROR_INFO_LO, Ro, "trap detail, low word: faulting address, or the low word of an unknown instruction"),
     reg!("ERROR_INFO_HI", ERROR_INFO_LO + 4, Ro, "trap detail, high word"),
+    reg!("BUSY_DMA_LO", BUSY_LO, Ro, "cycles of the last run the DMA unit had work (an instruction running or queued), low word"),
+    reg!("BUSY_DMA_HI", BUSY_LO + 4, Ro, "DMA unit busy cycles, high word"),
+    reg!("BUSY_MATRIX_LO", BUSY_LO + 8, Ro, "cycles the matrix unit (weight stream, PE array) had work, low word"),
+    reg!("BUSY_MATRIX_HI", BUSY_LO + 12, Ro, "matrix unit busy cycles, high word"),
+    reg!("BUSY_VECTOR_LO", BUSY_LO + 16, Ro, "cycles the vector unit had work, low word"),
+    reg!("BUSY_VECTOR_HI", BUSY_LO + 20, Ro, "vector unit busy cycles, high word"),
+    reg!("BUSY_ATTENTION_LO", BUSY_LO + 24, Ro, "cycles the attention unit (attn, kvappend, route) had work, low word"),
+    reg!("BUSY_ATTENTION_HI", BUSY_LO + 28, Ro, "attention unit busy cycles, high word"),
     reg!("CFG_PE_LANES", CFG_PE_LANES, Ro, "OverlayConfig::pe_lanes"),
     reg!("CFG_DOT_WIDTH", CFG_DOT_WIDTH, Ro, "OverlayConfig::dot_width"),
     reg!("CFG_SCRATCHPAD_BYTES", CFG_SCRATCHPAD_BYTES, Ro, "OverlayConfig::scratchpad_bytes"),

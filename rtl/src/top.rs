@@ -182,6 +182,7 @@ impl<const R: usize> Logic for Top<R> {
         self.mmio.stall_cycles.next = 0.into();
         self.mmio.skipped_blocks.next = self.att.skipped.val();
         self.mmio.kv_history_hits.next = self.att.hits.val();
+        self.mmio.kv_history_misses.next = self.att.misses.val();
         self.mmio.dbg_rf.next = self.core.dbg_rf.val();
         self.mmio.dbg_preds.next = self.core.dbg_preds.val();
         self.mmio.dbg_csrs.next = self.core.dbg_csrs.val();
@@ -192,6 +193,12 @@ impl<const R: usize> Logic for Top<R> {
         self.mat_side_idle.next = self.mat_q.empty.val() & self.mat.idle.val();
         self.vec_side_idle.next = self.vec_q.empty.val() & self.vec.idle.val();
         self.att_side_idle.next = self.att_q.empty.val() & self.att.idle.val();
+        // busy cycles per unit (ExecUnit order): an instruction running or queued
+        // (the inversion on the whole vector: Verilog widens a 1-bit operand before `~`)
+        self.mmio.unit_busy.next = !(bit_cast::<4, 1>(self.dma_side_idle.val().into())
+            | (bit_cast::<4, 1>(self.mat_side_idle.val().into()) << 1)
+            | (bit_cast::<4, 1>(self.vec_side_idle.val().into()) << 2)
+            | (bit_cast::<4, 1>(self.att_side_idle.val().into()) << 3));
         self.any_trap.next = self.dma.trap_valid.val() | self.mat.trap_valid.val() | self.vec.trap_valid.val() | self.att.trap_valid.val();
         self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
         self.dma_q.push_word.next = self.core.iss_word.val();

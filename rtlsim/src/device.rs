@@ -40,7 +40,11 @@ mod imp {
         /// Core cycle of the last doorbell write (the origin of VCD windows).
         doorbell_at: u64,
         vcd_window: Option<VcdWindow>,
+        progress: Option<Progress>,
     }
+
+    /// Called with the cycles since the doorbell while `wait_done` simulates.
+    pub type Progress = Box<dyn FnMut(u64) + Send>;
 
     /// A waveform of cycles `[start, end)` after the doorbell.
     struct VcdWindow {
@@ -65,6 +69,7 @@ mod imp {
                 latency: u64::from(config.mem_latency_cycles.max(1)),
                 doorbell_at: 0,
                 vcd_window: None,
+                progress: None,
             };
             s.top.set_reset(1);
             s.step();
@@ -99,6 +104,11 @@ mod imp {
         /// the run completes, whichever is first. A file that cannot be created is an error when it opens.
         pub fn set_vcd_window(&mut self, path: &std::path::Path, start: u64, end: u64) {
             self.vcd_window = Some(VcdWindow { path: path.to_path_buf(), start, end: end.max(start), open: false });
+        }
+
+        /// Reports progress to `f` (the cycles since the doorbell) about every 2^16 cycles of `wait_done`.
+        pub fn set_progress(&mut self, f: Option<Progress>) {
+            self.progress = f;
         }
 
         /// Opens or closes the VCD window at the current cycle.
@@ -233,6 +243,12 @@ mod imp {
                 if start.elapsed() > timeout {
                     return Err(DeviceError::Timeout(timeout));
                 }
+                let now = self.top.cycles() - self.doorbell_at;
+                if let Some(f) = &mut self.progress {
+                    if now % (1 << 16) < 256 {
+                        f(now);
+                    }
+                }
                 for _ in 0..256 {
                     self.step();
                     if self.vcd_window.is_some() {
@@ -245,7 +261,7 @@ mod imp {
 }
 
 #[cfg(has_verilator)]
-pub use imp::RtlSim;
+pub use imp::{Progress, RtlSim};
 
 /// Without the Verilator models there is no RTL to run: [`RtlSim::new`] says so, and no `RtlSim` exists
 /// (the type is uninhabited), so its `Device` methods are unreachable.
@@ -278,6 +294,10 @@ impl RtlSim {
     }
 
     pub fn set_vcd_window(&mut self, _: &std::path::Path, _: u64, _: u64) {
+        match self.never {}
+    }
+
+    pub fn set_progress(&mut self, _: Option<Box<dyn FnMut(u64) + Send>>) {
         match self.never {}
     }
 }

@@ -49,10 +49,53 @@ pub struct OpSpec {
     pub fields: &'static [FieldSpec],
 }
 
+/// The execution units of the overlay, in the order of the `BUSY_*` registers (docs/registers.md). Control
+/// and scalar instructions run in the controller itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExecUnit {
+    /// `load store load2d store2d`.
+    Dma = 0,
+    /// The weight stream and the PE array: `matmul` (and `conv maxpool`).
+    Matrix = 1,
+    /// The vector lanes: `vop rmsnorm rope argmax`.
+    Vector = 2,
+    /// The attention unit with the KV history buffer and the router datapath: `attn kvappend route`.
+    Attention = 3,
+}
+
+impl ExecUnit {
+    pub const ALL: [ExecUnit; 4] = [ExecUnit::Dma, ExecUnit::Matrix, ExecUnit::Vector, ExecUnit::Attention];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecUnit::Dma => "dma",
+            ExecUnit::Matrix => "matrix",
+            ExecUnit::Vector => "vector",
+            ExecUnit::Attention => "attention",
+        }
+    }
+}
+
 impl OpSpec {
     /// Bits used by opcode and fields.
     pub fn used_bits(&self) -> u32 {
         8 + self.fields.iter().map(|f| f.bits).sum::<u32>()
+    }
+
+    /// The unit that executes the instruction (`None`: the controller). By class, except `route`: its class
+    /// is "matrix" (the router sits beside the PE array), but it runs on the router's FP16 dot-product
+    /// datapath, which the attention unit scores with.
+    pub fn unit(&self) -> Option<ExecUnit> {
+        if self.mnemonic == "route" {
+            return Some(ExecUnit::Attention);
+        }
+        match self.class {
+            "dma" => Some(ExecUnit::Dma),
+            "matrix" | "cnn" => Some(ExecUnit::Matrix),
+            "vector" => Some(ExecUnit::Vector),
+            "attention" => Some(ExecUnit::Attention),
+            _ => None,
+        }
     }
 }
 

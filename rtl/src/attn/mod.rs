@@ -160,6 +160,8 @@ pub struct AttentionUnit {
     pub bytes_written: Signal<Out, Bits<64>>,
     pub macs: Signal<Out, Bits<64>>,
     pub hits: Signal<Out, Bits<32>>,
+    /// Present positions whose K/V rows came from device memory (KV_HISTORY_MISSES).
+    pub misses: Signal<Out, Bits<32>>,
     /// `route` decisions that skipped a block (SKIPPED_BLOCKS).
     pub skipped: Signal<Out, Bits<32>>,
     /// Predicate write-back of `route` (`p[pd]` = skip).
@@ -280,6 +282,7 @@ pub struct AttentionUnit {
     sc_first: DFF<Bit>,
     sc_last: DFF<Bit>,
     skipped_total: DFF<Bits<32>>,
+    misses_total: DFF<Bits<32>>,
 
     // ---- constants
     spm_bytes: Constant<Bits<32>>,
@@ -419,6 +422,7 @@ impl AttentionUnit {
             macs: Default::default(),
             hits: Default::default(),
             skipped: Default::default(),
+            misses: Default::default(),
             pwb_valid: Default::default(),
             pwb_idx: Default::default(),
             pwb_data: Default::default(),
@@ -512,6 +516,7 @@ impl AttentionUnit {
             sc_first: Default::default(),
             sc_last: Default::default(),
             skipped_total: Default::default(),
+            misses_total: Default::default(),
             spm_bytes: k(u64::from(config.scratchpad_bytes)),
             mem_bytes: k(config.device_memory_bytes),
             hist_slots: k(u64::from(config.kv_history_slots)),
@@ -616,7 +621,7 @@ impl Logic for AttentionUnit {
             outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, present, slot_r, dpass, rq, rs, qg, ql,
             qcap_v, qcap_g, qcap_l, pass, beat, qbase, sc_v, sc_beat, hold_v, hold_row, hold_score, smcnt, ug, ui,
             obase, u_v, u_chunk, u_half, u_upd, lanes_busy, rwait, is_route, pd, mark, mval, cols, rb0, rb1, ch_line, xcap_v,
-            xcap_l, sc_first, sc_last, skipped_total
+            xcap_l, sc_first, sc_last, skipped_total, misses_total
         );
         self.router.clock.next = self.clock.val();
         self.router.reset.next = self.reset.val() | self.flush.val();
@@ -674,6 +679,7 @@ impl Logic for AttentionUnit {
         self.macs.next = self.macs_total.q.val();
         self.hits.next = self.hits_total.q.val();
         self.skipped.next = self.skipped_total.q.val();
+        self.misses.next = self.misses_total.q.val();
         self.pwb_valid.next = false;
         self.pwb_idx.next = self.pd.q.val();
         self.pwb_data.next = self.router.skip.val();
@@ -1407,6 +1413,7 @@ impl Logic for AttentionUnit {
                     }
                 } else if self.is_present.val() {
                     self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.row_bytes.val() << 1);
+                    self.misses_total.d.next = self.misses_total.q.val() + 1;
                     self.state.d.next = AttnState::KvFetch;
                 } else {
                     self.hits_total.d.next = self.hits_total.q.val() + 1;
@@ -1608,6 +1615,7 @@ impl Logic for AttentionUnit {
             self.macs_total.d.next = 0.into();
             self.hits_total.d.next = 0.into();
             self.skipped_total.d.next = 0.into();
+            self.misses_total.d.next = 0.into();
         }
     }
 }

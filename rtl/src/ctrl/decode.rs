@@ -7,7 +7,7 @@
 //! probing `Instr::from_raw_fields`, the contract's own validity rule), and the offsets of the scalar
 //! register the instruction reads, of the register it writes and of the predicate it writes (0 = none).
 
-use opu_hw::isa::{spec_by_mnemonic, FieldKind, Instr, OpSpec, SPECS};
+use opu_hw::isa::{spec_by_mnemonic, ExecUnit, FieldKind, Instr, OpSpec, SPECS};
 use std::collections::BTreeMap;
 
 /// Which part of the overlay executes an instruction.
@@ -43,14 +43,17 @@ impl Unit {
         })
     }
 
-    /// The unit that executes `spec` on this RTL: its class's, except `route`. The ISA's class of `route`
-    /// is "matrix" (the router sits beside the PE array), but the router's FP16 dot-product datapath is the
-    /// one the attention unit scores with, so `route` runs there.
+    /// The unit that executes `spec` on this RTL (`OpSpec::unit` of the contract; `None` for classes this RTL
+    /// does not implement yet).
     pub fn of_spec(spec: &OpSpec) -> Option<Unit> {
-        if spec.mnemonic == "route" {
-            return Some(Unit::Attention);
-        }
-        Unit::of_class(spec.class)
+        Unit::of_class(spec.class)?;
+        Some(match spec.unit() {
+            None => Unit::Core,
+            Some(ExecUnit::Dma) => Unit::Dma,
+            Some(ExecUnit::Matrix) => Unit::Matrix,
+            Some(ExecUnit::Vector) => Unit::Vector,
+            Some(ExecUnit::Attention) => Unit::Attention,
+        })
     }
 
     /// Bit of the unit in the one-hot issue bus (`Core` has none).

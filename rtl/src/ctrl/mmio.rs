@@ -56,6 +56,9 @@ pub struct Mmio {
     pub stall_cycles: Signal<In, Bits<64>>,
     pub skipped_blocks: Signal<In, Bits<32>>,
     pub kv_history_hits: Signal<In, Bits<32>>,
+    pub kv_history_misses: Signal<In, Bits<32>>,
+    /// Units with work this cycle (an instruction running or queued), bit `u` = `ExecUnit u`.
+    pub unit_busy: Signal<In, Bits<4>>,
     /// The core's state for the debug window (`Core::dbg_*`).
     pub dbg_rf: Signal<In, Bits<RF_BITS>>,
     pub dbg_preds: Signal<In, Bits<8>>,
@@ -83,6 +86,9 @@ pub struct Mmio {
     hi_macs: DFF<Bits<32>>,
     hi_stall: DFF<Bits<32>>,
     hi_info: DFF<Bits<32>>,
+    /// Busy cycles per unit in the run (64 bits each, unit `u` at bits `64u..`), and their HI latches.
+    busyc: DFF<Bits<256>>,
+    hi_busy: DFF<Bits<128>>,
 
     // ---- constants
     id_value: Constant<Bits<32>>,
@@ -112,6 +118,8 @@ pub struct Mmio {
     a_stall: Constant<Bits<ADDR_BITS>>,
     a_skipped: Constant<Bits<ADDR_BITS>>,
     a_hits: Constant<Bits<ADDR_BITS>>,
+    a_misses: Constant<Bits<ADDR_BITS>>,
+    a_busy: Constant<Bits<ADDR_BITS>>,
     a_err_code: Constant<Bits<ADDR_BITS>>,
     a_err_pc: Constant<Bits<ADDR_BITS>>,
     a_err_info: Constant<Bits<ADDR_BITS>>,
@@ -137,11 +145,15 @@ pub struct Mmio {
     base_macs: DFF<Bits<64>>,
     base_skipped: DFF<Bits<32>>,
     base_hits: DFF<Bits<32>>,
+    base_misses: DFF<Bits<32>>,
     run_rd: Signal<Local, Bits<64>>,
     run_wr: Signal<Local, Bits<64>>,
     run_macs: Signal<Local, Bits<64>>,
     run_skipped: Signal<Local, Bits<32>>,
     run_hits: Signal<Local, Bits<32>>,
+    run_misses: Signal<Local, Bits<32>>,
+    busy_off: Signal<Local, Bits<ADDR_BITS>>,
+    busy_inc: Signal<Local, Bits<256>>,
     arg_off: Signal<Local, Bits<ADDR_BITS>>,
 }
 
@@ -179,6 +191,8 @@ impl Mmio {
             stall_cycles: Default::default(),
             skipped_blocks: Default::default(),
             kv_history_hits: Default::default(),
+            kv_history_misses: Default::default(),
+            unit_busy: Default::default(),
             dbg_rf: Default::default(),
             dbg_preds: Default::default(),
             dbg_csrs: Default::default(),
@@ -202,6 +216,8 @@ impl Mmio {
             hi_macs: Default::default(),
             hi_stall: Default::default(),
             hi_info: Default::default(),
+            busyc: Default::default(),
+            hi_busy: Default::default(),
             id_value: k(u64::from(regs::ID_VALUE)),
             version_value: k(u64::from(regs::VERSION_VALUE)),
             hash: k(config.hash()),
@@ -229,6 +245,8 @@ impl Mmio {
             a_stall: a(regs::STALL_CYCLES_LO),
             a_skipped: a(regs::SKIPPED_BLOCKS),
             a_hits: a(regs::KV_HISTORY_HITS),
+            a_misses: a(regs::KV_HISTORY_MISSES),
+            a_busy: a(regs::BUSY_LO),
             a_err_code: a(regs::ERROR_CODE),
             a_err_pc: a(regs::ERROR_PC),
             a_err_info: a(regs::ERROR_INFO_LO),
@@ -250,11 +268,15 @@ impl Mmio {
             base_macs: Default::default(),
             base_skipped: Default::default(),
             base_hits: Default::default(),
+            base_misses: Default::default(),
             run_rd: Default::default(),
             run_wr: Default::default(),
             run_macs: Default::default(),
             run_skipped: Default::default(),
             run_hits: Default::default(),
+            run_misses: Default::default(),
+            busy_off: Default::default(),
+            busy_inc: Default::default(),
             arg_off: Default::default(),
         }
     }
@@ -265,7 +287,7 @@ impl Logic for Mmio {
     fn update(&mut self) {
         dff_setup!(
             self, clock, base_rd, base_wr, base_macs, base_skipped, base_hits, irq_en, done, error, irq_status, base, len, wdog, argv, rdata_r, rvalid_r, start_r, abort_r,
-            hi_hash, hi_cycles, hi_instret, hi_rd, hi_wr, hi_macs, hi_stall, hi_info
+            hi_hash, hi_cycles, hi_instret, hi_rd, hi_wr, hi_macs, hi_stall, hi_info, busyc, hi_busy, base_misses
         );
         self.rdata.next = self.rdata_r.q.val();
         self.rvalid.next = self.rvalid_r.q.val();
@@ -285,6 +307,16 @@ impl Logic for Mmio {
         self.run_macs.next = self.macs.val() - self.base_macs.q.val();
         self.run_skipped.next = self.skipped_blocks.val() - self.base_skipped.q.val();
         self.run_hits.next = self.kv_history_hits.val() - self.base_hits.q.val();
+        self.run_misses.next = self.kv_history_misses.val() - self.base_misses.q.val();
+        // busy cycles: each unit's counter counts while the run is active
+        self.busy_inc.next = bit_cast::<256, 1>(self.unit_busy.val().get_bit(0).into())
+            | (bit_cast::<256, 1>(self.unit_busy.val().get_bit(1).into()) << 64)
+            | (bit_cast::<256, 1>(self.unit_busy.val().get_bit(2).into()) << 128)
+            | (bit_cast::<256, 1>(self.unit_busy.val().get_bit(3).into()) << 192);
+        if self.busy.val() {
+            self.busyc.d.next = self.busyc.q.val() + self.busy_inc.val();
+        }
+        self.busy_off.next = self.addr.val() - self.a_busy.val();
         self.arg_off.next = self.addr.val() - self.a_arg0.val();
 
         // ---- reads
@@ -395,6 +427,21 @@ impl Logic for Mmio {
         if self.addr.val() == self.a_hits.val() {
             self.value.next = self.run_hits.val();
         }
+        if self.addr.val() == self.a_misses.val() {
+            self.value.next = self.run_misses.val();
+        }
+        // BUSY_<unit>_LO at BUSY_LO + 8u latches its HI word; BUSY_<unit>_HI at + 4 reads the latch
+        if (self.addr.val() >= self.a_busy.val()) & (self.busy_off.val() < 32) & (self.addr.val().get_bits::<2>(0) == 0) {
+            if self.busy_off.val().get_bit(2) {
+                self.value.next = self.hi_busy.q.val().get_bits::<32>(((self.busy_off.val() >> 3) << 5).index());
+            } else {
+                self.value.next = self.busyc.q.val().get_bits::<32>((self.busy_off.val() << 3).index());
+                if self.read.val() {
+                    self.hi_busy.d.next = (self.hi_busy.q.val() & !(bit_cast::<128, 32>(self.ones32.val()) << ((self.busy_off.val() >> 3) << 5)))
+                        | (bit_cast::<128, 32>(self.busyc.q.val().get_bits::<32>(((self.busy_off.val() << 3) + 32).index())) << ((self.busy_off.val() >> 3) << 5));
+                }
+            }
+        }
         if self.addr.val() == self.a_err_code.val() {
             self.value.next = bit_cast::<32, 4>(self.err_code.val());
         }
@@ -490,6 +537,9 @@ impl Logic for Mmio {
             self.base_macs.d.next = self.macs.val();
             self.base_skipped.d.next = self.skipped_blocks.val();
             self.base_hits.d.next = self.kv_history_hits.val();
+            self.base_misses.d.next = self.kv_history_misses.val();
+            self.busyc.d.next = 0.into();
+            self.hi_busy.d.next = 0.into();
             self.done.d.next = false;
             self.error.d.next = false;
             self.hi_hash.d.next = 0.into();
@@ -518,6 +568,7 @@ impl Logic for Mmio {
             self.base.d.next = 0.into();
             self.len.d.next = 0.into();
             self.wdog.d.next = self.wdog_default.val();
+            self.busyc.d.next = 0.into();
             self.argv.d.next = 0.into();
             self.start_r.d.next = false;
             self.abort_r.d.next = false;
@@ -549,6 +600,8 @@ pub fn mmio_top(config: &OverlayConfig) -> Mmio {
         stall_cycles,
         skipped_blocks,
         kv_history_hits,
+        kv_history_misses,
+        unit_busy,
         dbg_rf,
         dbg_preds,
         dbg_csrs

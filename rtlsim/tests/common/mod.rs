@@ -30,7 +30,7 @@ pub const WINDOW: usize = 1 << 16;
 
 /// What a run leaves: the outcome (trap code, pc, ERROR_INFO), the device-memory window and, after a run
 /// that completed, the registers, the predicates and the counters INSTRET, BYTES_READ, BYTES_WRITTEN, MACS,
-/// KV_HISTORY_HITS, SKIPPED_BLOCKS.
+/// KV_HISTORY_HITS, SKIPPED_BLOCKS, KV_HISTORY_MISSES.
 #[derive(Debug, PartialEq)]
 pub struct RunState {
     pub result: Result<(), (ErrorCode, u32, u64)>,
@@ -70,6 +70,7 @@ pub fn run_program(who: &str, dev: &mut dyn Device, code: &[u8], data: &[u8]) ->
             .collect();
         c.push(u64::from(dev.mmio_read(regs::KV_HISTORY_HITS).unwrap()));
         c.push(u64::from(dev.mmio_read(regs::SKIPPED_BLOCKS).unwrap()));
+        c.push(u64::from(dev.mmio_read(regs::KV_HISTORY_MISSES).unwrap()));
         c
     } else {
         Vec::new()
@@ -96,6 +97,6 @@ pub fn compare_with_func(text: &str, data: &[u8]) -> u64 {
         );
     }
     assert_eq!(got.regs, want.regs, "registers r0..r15, predicates\n{text}");
-    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS, SKIPPED_BLOCKS\n{text}");
+    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS, SKIPPED_BLOCKS, KV_HISTORY_MISSES\n{text}");
     cycles
 }

@@ -69,6 +69,7 @@ impl FuncSim {
             regs::BYTES_WRITTEN_LO => c.bytes_written,
             regs::MACS_LO => c.macs,
             regs::STALL_CYCLES_LO => c.stall_cycles,
+            o if (regs::BUSY_LO..regs::BUSY_LO + 32).contains(&o) && (o - regs::BUSY_LO) % 8 == 0 => c.busy_cycles[((o - regs::BUSY_LO) / 8) as usize],
             regs::ERROR_INFO_LO => self.regs.error_info,
             _ => return None,
         })
@@ -108,6 +109,7 @@ impl Device for FuncSim {
             o if (regs::ARG0..regs::ARG0 + 4 * regs::NUM_ARGS).contains(&o) => r.args[((o - regs::ARG0) / 4) as usize],
             regs::SKIPPED_BLOCKS => c.skipped_blocks as u32,
             regs::KV_HISTORY_HITS => c.kv_history_hits as u32,
+            regs::KV_HISTORY_MISSES => c.kv_history_misses as u32,
             regs::ERROR_CODE => r.error_code as u32,
             regs::ERROR_PC => r.error_pc,
             regs::CFG_PE_LANES => self.config.pe_lanes,

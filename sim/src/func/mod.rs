@@ -227,6 +227,9 @@ impl Machine {
         c.bytes_written += w.bytes_written;
         let (cycles, stall) = self.cost_model.estimate(&w);
         c.cycles += cycles;
+        if let Some(u) = instr.spec().unit() {
+            c.busy_cycles[u as usize] += cycles;
+        }
         c.stall_cycles += stall;
     }
 }

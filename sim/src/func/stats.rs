@@ -31,6 +31,11 @@ pub struct Stats {
     pub macs: u64,
     pub skipped_blocks: u64,
     pub kv_history_hits: u64,
+    /// K/V rows attention read from device memory.
+    pub kv_history_misses: u64,
+    /// Estimated busy cycles per unit (`opu_hw::isa::ExecUnit` order: dma, matrix, vector, attention): each
+    /// instruction's estimate goes to the unit that executes it.
+    pub busy_cycles: [u64; 4],
     /// Instructions retired per class of `opu_hw::isa::SPECS` ("control", "scalar", "dma", "matrix", "vector",
     /// "attention", "cnn"); every class is present.
     pub by_class: BTreeMap<String, u64>,
@@ -52,6 +57,8 @@ pub(crate) struct Counters {
     pub macs: u64,
     pub skipped_blocks: u64,
     pub kv_history_hits: u64,
+    pub kv_history_misses: u64,
+    pub busy_cycles: [u64; 4],
     pub by_opcode: [u64; 256],
 }
 
@@ -66,6 +73,8 @@ impl Default for Counters {
             macs: 0,
             skipped_blocks: 0,
             kv_history_hits: 0,
+            kv_history_misses: 0,
+            busy_cycles: [0; 4],
             by_opcode: [0; 256],
         }
     }
@@ -91,6 +100,8 @@ impl Counters {
             macs: self.macs,
             skipped_blocks: self.skipped_blocks,
             kv_history_hits: self.kv_history_hits,
+            kv_history_misses: self.kv_history_misses,
+            busy_cycles: self.busy_cycles,
             by_class,
             by_mnemonic,
             regions: regions.snapshot(),

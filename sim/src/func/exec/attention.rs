@@ -101,6 +101,7 @@ impl Machine {
                     let (kt, vt) = (f16s(&self.mem[kr.clone()]), f16s(&self.mem[vr.clone()]));
                     self.note_read(&kr);
                     self.note_read(&vr);
+                    self.counters.kv_history_misses += 1;
                     if slot {
                         self.hist_k[hist.clone()].copy_from_slice(&kt);
                         self.hist_v[hist].copy_from_slice(&vt);
