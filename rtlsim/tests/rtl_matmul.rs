@@ -144,6 +144,8 @@ fn matmul_equals_the_functional_simulator() {
         // Q8_0: four steps per block, rows of 34-byte blocks
         Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0 },
         Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32, red: 2 },
+        // three full groups of long rows, one token: each group's load overlaps the previous one's compute
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 48, cols: 320, red: 1 },
     ];
     let mut rng = Rng(0x3a7_3a7);
     // and random shapes: any format, output type, start values and reduction, 1..=4 tokens, 1..=40 rows, 1..=6

@@ -284,3 +284,39 @@ fn scalar_work_overlaps_a_busy_dma_unit() {
         dma_alone.cycles
     );
 }
+
+/// STATUS read every cycle through runs that end with `end` and with a trap: each read says BUSY until it
+/// says DONE or ERROR, never neither (the cycle the core is idle and its completion is on its way to the
+/// register file reads busy), so `wait_done` never takes a finished run for one that never started.
+#[test]
+fn status_is_busy_until_done_or_error_in_every_cycle() {
+    if !models_or_skip("RTL STATUS every cycle") {
+        return;
+    }
+    let config = OverlayConfig::sim();
+    let mut rtl = RtlSim::new(&config).unwrap();
+    for (text, want) in [
+        ("seti rd=r1 imm=5\nload spm=0 mem=0x100 bytes=64 idx=r0 stride=0\naddi rd=r2 rs=r1 imm=1\nend\n", regs::status::DONE),
+        ("seti rd=r1 imm=5\nload spm=0 mem=0x1ffffff bytes=64 idx=r0 stride=0\nend\n", regs::status::ERROR),
+        ("seti rd=r1 imm=5\nend\n", regs::status::DONE),
+    ] {
+        let code = encode_program(&assemble(text).unwrap()).unwrap();
+        rtl.mem_write(0x10_0000, &code).unwrap();
+        rtl.mmio_write(regs::PROG_BASE_LO, 0x10_0000).unwrap();
+        rtl.mmio_write(regs::PROG_LEN, (code.len() / 16) as u32).unwrap();
+        for run in 0..3 {
+            rtl.mmio_write(regs::DOORBELL, 1).unwrap();
+            let mut reads = 0;
+            loop {
+                let s = rtl.mmio_read(regs::STATUS).unwrap();
+                reads += 1;
+                if s & (regs::status::DONE | regs::status::ERROR) != 0 {
+                    assert_eq!(s & (regs::status::DONE | regs::status::ERROR), want, "{text}");
+                    break;
+                }
+                assert_ne!(s & regs::status::BUSY, 0, "run {run}, read {reads}: STATUS {s:#x} is neither busy nor done\n{text}");
+                assert!(reads < 100_000, "{text}");
+            }
+        }
+    }
+}

@@ -344,8 +344,9 @@ impl Logic for Mmio {
         }
         if self.addr.val() == self.a_status.val() {
             // a run started by the doorbell is busy from the cycle after the write on, one aborted by
-            // SOFT_RESET is not
-            self.value.next = bit_cast::<32, 1>(((self.busy.val() | self.start_r.q.val()) & !self.abort_r.q.val()).into())
+            // SOFT_RESET is not; the cycle its completion is on the way (the core idle, DONE or ERROR set at
+            // the next edge) still reads busy, so a host never sees a run that is neither busy nor done
+            self.value.next = bit_cast::<32, 1>(((self.busy.val() | self.start_r.q.val() | self.fin.val()) & !self.abort_r.q.val()).into())
                 | (bit_cast::<32, 1>(self.done.q.val().into()) << 1)
                 | (bit_cast::<32, 1>(self.error.q.val().into()) << 2);
         }

@@ -7,8 +7,10 @@
 //!    not whole blocks, a row longer than the weight buffer holds), the overlap of source and destination,
 //!    the destination's and the source's scratchpad spans, the weights' device-memory span. A violation
 //!    traps with the functional simulator's code and ERROR_INFO.
-//! 2. **Load** a group: its bytes are contiguous in device memory (rows back to back), so the unit requests
-//!    the group's lines in order and every weight feed keeps the lines of its two rows.
+//! 2. **Load** a group: its bytes are contiguous in device memory (rows back to back), so the loader requests
+//!    the group's lines in order and every weight feed keeps the lines of its two rows. The loader runs one
+//!    group ahead of the compute, in the other half of the weight buffer: while the array computes group
+//!    `g`, group `g + 1` streams in, so a group costs the longer of its load and its compute, not their sum.
 //! 3. **Compute**, for each token: per block of 32 columns the token's 64 activation bytes are read from the
 //!    scratchpad (two 32-byte reads), and the array takes the block in 2 steps (W4Min, W4: half 0, half 1)
 //!    or 4 (W8: row 0 halves, then row 1's), `clear` on the first block, `last` on the final one.
@@ -22,8 +24,9 @@
 //!    added to `RED[t]` of its token by a read-modify-write of the reduction file (`red=set` starts from 0
 //!    at the token's first chunk of the first group).
 //!
-//! Not built yet: `fmt=f16` (it runs on the router's FP16 datapath), `route`, and the overlap of one group's load with the previous group's compute (the buffer has room for both). The
-//! issue port does not accept those instructions, so a program using them stops at the watchdog.
+//! Not built yet: `fmt=f16` (it would run on the router's FP16 datapath) and the overlap of one `matmul`'s
+//! first load with the previous one's compute. The issue port does not accept `fmt=f16`, so a program using
+//! it stops at the watchdog.
 
 pub mod dp;
 pub mod feed;
@@ -54,10 +57,8 @@ pub enum MatrixState {
     Check4,
     /// Weight span in device memory.
     Check5,
-    /// Start of a row group: its geometry.
+    /// Start of a row group: waits until the loader has it in the weight buffer, takes its geometry.
     Group,
-    /// The group's lines stream in.
-    Load,
     /// Compute: start of a token.
     Token,
     /// Compute: the block's two 32-byte activation reads.
@@ -84,6 +85,17 @@ pub enum OutState {
     Drain,
     /// Write the chunk.
     Write,
+}
+
+/// The weight loader, which runs one row group ahead of the compute: while the array computes the group in
+/// one half of the weight buffer, the next group's lines stream into the other.
+#[derive(Copy, Clone, Debug, PartialEq, LogicState)]
+pub enum LoadState {
+    Idle,
+    /// The next group's geometry; waits until its buffer half is free.
+    Group,
+    /// The group's lines stream in (any number in flight).
+    Lines,
 }
 
 /// A `matmul` start value (`acc=1`: the old output, FP16 or FP32 bits) on the accumulator's 2^-32 grid,
@@ -236,10 +248,26 @@ pub struct Matrix {
     gbyte: DFF<Bits<48>>,
     /// Byte offset of the group's first output row in a token's output row.
     gout: DFF<Bits<32>>,
+    o0: DFF<Bits<5>>,
+    /// The compute's buffer half.
+    c_buf: DFF<Bit>,
+
+    // ---- the loader (one group ahead): its group's rows left, first byte, rows, offset in its first line,
+    // lines, requests and responses, and buffer half; the halves holding a loaded group and their geometry
+    lstate: DFF<LoadState>,
+    l_rows_left: DFF<Bits<16>>,
+    l_gbyte: DFF<Bits<48>>,
+    l_grows: DFF<Bits<16>>,
+    l_o0: DFF<Bits<5>>,
     nlines: DFF<Bits<16>>,
     req_k: DFF<Bits<16>>,
     resp_k: DFF<Bits<16>>,
-    o0: DFF<Bits<5>>,
+    l_buf: DFF<Bit>,
+    ready: DFF<Bits<2>>,
+    b_o0_0: DFF<Bits<5>>,
+    b_o0_1: DFF<Bits<5>>,
+    b_grows_0: DFF<Bits<16>>,
+    b_grows_1: DFF<Bits<16>>,
 
     // ---- compute
     tok: DFF<Bits<7>>,
@@ -354,6 +382,9 @@ pub struct Matrix {
     pl_hi: Signal<Local, Bits<32>>,
     nt1: Signal<Local, Bits<16>>,
     glen: Signal<Local, Bits<32>>,
+    /// Halves the loader fills and the compute frees this cycle.
+    rdy_set: Signal<Local, Bits<2>>,
+    rdy_clr: Signal<Local, Bits<2>>,
     ntr: Signal<Local, Bits<32>>,
     // readout: the lane's old values, start values and placement
     lane_sel: Signal<Local, Bits<8>>,
@@ -444,6 +475,18 @@ impl Matrix {
             gbyte: Default::default(),
             gout: Default::default(),
             nlines: Default::default(),
+            c_buf: Default::default(),
+            lstate: Default::default(),
+            l_rows_left: Default::default(),
+            l_gbyte: Default::default(),
+            l_grows: Default::default(),
+            l_o0: Default::default(),
+            l_buf: Default::default(),
+            ready: Default::default(),
+            b_o0_0: Default::default(),
+            b_o0_1: Default::default(),
+            b_grows_0: Default::default(),
+            b_grows_1: Default::default(),
             req_k: Default::default(),
             resp_k: Default::default(),
             o0: Default::default(),
@@ -545,6 +588,8 @@ impl Matrix {
             pl_hi: Default::default(),
             nt1: Default::default(),
             glen: Default::default(),
+            rdy_set: Default::default(),
+            rdy_clr: Default::default(),
             ntr: Default::default(),
             lane_sel: Default::default(),
             old_sh: Default::default(),
@@ -571,7 +616,8 @@ impl Logic for Matrix {
             grows, gbyte, gout, nlines, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
-            rq2_sum
+            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_o0, l_buf, ready, b_o0_0, b_o0_1, b_grows_0,
+            b_grows_1
         );
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
@@ -618,18 +664,20 @@ impl Logic for Matrix {
         self.w_len.next = bit_cast::<48, 32>(self.rows.q.val() * self.rb.q.val().get_bits::<16>(0));
         self.ntr.next = bit_cast::<16, 7>(self.ntok.q.val()) * self.rows.q.val();
         // the group: rows x row bytes from the group's first byte, in lines
-        self.glen.next = bit_cast::<32, 5>(self.o0.q.val()) + (self.grows.q.val() * self.rb.q.val().get_bits::<16>(0));
+        self.glen.next = bit_cast::<32, 5>(self.l_o0.q.val()) + (self.l_grows.q.val() * self.rb.q.val().get_bits::<16>(0));
+        self.rdy_set.next = 0.into();
+        self.rdy_clr.next = 0.into();
 
         // ---- datapath wiring
-        self.dp.ld_o0.next = self.o0.q.val();
+        self.dp.ld_o0.next = self.l_o0.q.val();
         self.dp.ld_rb.next = self.rb.q.val().get_bits::<16>(0);
-        self.dp.ld_valid.next = self.m_resp.val() & (self.state.q.val() == MatrixState::Load);
-        self.dp.ld_buf.next = false;
+        self.dp.ld_valid.next = self.m_resp.val() & (self.lstate.q.val() == LoadState::Lines);
+        self.dp.ld_buf.next = self.l_buf.q.val();
         self.dp.ld_idx.next = self.resp_k.q.val();
         self.dp.ld_line.next = self.m_rdata.val();
         self.dp.rd_o0.next = self.o0.q.val();
         self.dp.rd_rb.next = self.rb.q.val().get_bits::<16>(0);
-        self.dp.rd_buf.next = false;
+        self.dp.rd_buf.next = self.c_buf.q.val();
         self.dp.rd_off.next = self.woff.q.val();
         self.dp.rd_fmt.next = self.fmt.q.val().get_bits::<2>(0);
         self.dp.f_valid.next = false;
@@ -639,7 +687,7 @@ impl Logic for Matrix {
         self.dp.f_last.next = self.last_blk.val();
         self.dp.f_xf.next = self.xf.q.val();
         self.m_req.next = false;
-        self.m_addr.next = bit_cast::<64, 48>((self.gbyte.q.val() >> 5) + bit_cast::<48, 16>(self.req_k.q.val()));
+        self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 5) + bit_cast::<48, 16>(self.req_k.q.val()));
 
         // ---- scratchpad: the readout's accesses first, the activation reads when it leaves the port free
         self.ro_read.next = self.ostate.q.val() == OutState::Read;
@@ -785,36 +833,26 @@ impl Logic for Matrix {
                     }
                 } else {
                     self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.w_len.val());
+                    // the loader starts with group 0 in half 0
+                    self.lstate.d.next = LoadState::Group;
+                    self.l_rows_left.d.next = self.rows.q.val();
+                    self.l_gbyte.d.next = self.w_byte.val();
+                    self.l_buf.d.next = false;
+                    self.rdy_clr.next = 3.into();
+                    self.c_buf.d.next = false;
                 }
             }
             MatrixState::Group => {
                 self.macs_total.d.next = self.macs_total.q.val() + self.mac_count.q.val();
                 self.mac_count.d.next = 0.into();
-                self.grows.d.next = self.rows_left.q.val();
-                if self.rows_left.q.val() > self.group_rows.val() {
-                    self.grows.d.next = self.group_rows.val();
-                }
-                self.o0.d.next = self.gbyte.q.val().get_bits::<5>(0);
-                self.req_k.d.next = 0.into();
-                self.resp_k.d.next = 0.into();
-                self.nlines.d.next = 0.into();
-                self.state.d.next = MatrixState::Load;
-            }
-            MatrixState::Load => {
-                // grows and o0 are set: the group's lines (one cycle late the first time, from glen)
-                self.nlines.d.next = bit_cast::<16, 32>((self.glen.val() + 31) >> 5);
-                if (self.req_k.q.val() < self.nlines.q.val()) & (self.nlines.q.val() != 0) {
-                    self.m_req.next = true;
-                    if self.m_req_ready.val() {
-                        self.req_k.d.next = self.req_k.q.val() + 1;
-                        self.progress.next = true;
+                // the group in half c_buf, once the loader has it
+                if self.ready.q.val().get_bit(self.c_buf.q.val().into()) {
+                    self.grows.d.next = self.b_grows_0.q.val();
+                    self.o0.d.next = self.b_o0_0.q.val();
+                    if self.c_buf.q.val() {
+                        self.grows.d.next = self.b_grows_1.q.val();
+                        self.o0.d.next = self.b_o0_1.q.val();
                     }
-                }
-                if self.m_resp.val() {
-                    self.resp_k.d.next = self.resp_k.q.val() + 1;
-                    self.progress.next = true;
-                }
-                if (self.nlines.q.val() != 0) & (self.resp_k.q.val() == self.nlines.q.val()) {
                     self.tok.d.next = 0.into();
                     self.xtok.d.next = bit_cast::<32, 20>(self.src.q.val()) << 2;
                     self.otok.d.next = 0.into();
@@ -884,6 +922,9 @@ impl Logic for Matrix {
                         self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 2);
                     }
                     self.state.d.next = MatrixState::Group;
+                    // the half is free for the loader; the next group is in the other one
+                    self.rdy_clr.next = bit_cast::<2, 1>(self.c_buf.q.val().into()) + 1;
+                    self.c_buf.d.next = !self.c_buf.q.val();
                     if self.rows_left.q.val() == self.grows.q.val() {
                         self.progress.next = true;
                         self.state.d.next = MatrixState::Idle;
@@ -1052,6 +1093,57 @@ impl Logic for Matrix {
         self.red_wdata.next = bit_cast::<RED_BITS, ACC_BITS>(self.red_base.val().get_bits::<ACC_BITS>(0) + self.rq2_sum.q.val().get_bits::<ACC_BITS>(0))
             | (bit_cast::<RED_BITS, 1>((self.red_base.val().get_bit(96) | self.rq2_sum.q.val().get_bit(96)).into()) << 96);
 
+        // ---- the loader: the next group's lines into the free half of the weight buffer
+        match self.lstate.q.val() {
+            LoadState::Idle => {}
+            LoadState::Group => {
+                self.l_grows.d.next = self.l_rows_left.q.val();
+                if self.l_rows_left.q.val() > self.group_rows.val() {
+                    self.l_grows.d.next = self.group_rows.val();
+                }
+                self.l_o0.d.next = self.l_gbyte.q.val().get_bits::<5>(0);
+                self.req_k.d.next = 0.into();
+                self.resp_k.d.next = 0.into();
+                self.nlines.d.next = 0.into();
+                if !self.ready.q.val().get_bit(self.l_buf.q.val().into()) {
+                    self.lstate.d.next = LoadState::Lines;
+                }
+            }
+            LoadState::Lines => {
+                // l_grows and l_o0 are set: the group's lines (one cycle late the first time, from glen)
+                self.nlines.d.next = bit_cast::<16, 32>((self.glen.val() + 31) >> 5);
+                if (self.req_k.q.val() < self.nlines.q.val()) & (self.nlines.q.val() != 0) {
+                    self.m_req.next = true;
+                    if self.m_req_ready.val() {
+                        self.req_k.d.next = self.req_k.q.val() + 1;
+                        self.progress.next = true;
+                    }
+                }
+                if self.m_resp.val() {
+                    self.resp_k.d.next = self.resp_k.q.val() + 1;
+                    self.progress.next = true;
+                }
+                if (self.nlines.q.val() != 0) & (self.resp_k.q.val() == self.nlines.q.val()) {
+                    self.rdy_set.next = bit_cast::<2, 1>(self.l_buf.q.val().into()) + 1;
+                    if self.l_buf.q.val() {
+                        self.b_o0_1.d.next = self.l_o0.q.val();
+                        self.b_grows_1.d.next = self.l_grows.q.val();
+                    } else {
+                        self.b_o0_0.d.next = self.l_o0.q.val();
+                        self.b_grows_0.d.next = self.l_grows.q.val();
+                    }
+                    self.l_buf.d.next = !self.l_buf.q.val();
+                    self.l_rows_left.d.next = self.l_rows_left.q.val() - self.l_grows.q.val();
+                    self.l_gbyte.d.next = self.l_gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
+                    self.lstate.d.next = LoadState::Group;
+                    if self.l_rows_left.q.val() == self.l_grows.q.val() {
+                        self.lstate.d.next = LoadState::Idle;
+                    }
+                }
+            }
+        }
+        self.ready.d.next = (self.ready.q.val() & !self.rdy_clr.val()) | self.rdy_set.val();
+
         // ---- memory responses in flight (a flush waits for them)
         if self.m_req.val() & self.m_req_ready.val() & !self.m_resp.val() {
             self.outstanding.d.next = self.outstanding.q.val() + 1;
@@ -1061,6 +1153,8 @@ impl Logic for Matrix {
         }
         if self.flush.val() | self.reset.val() {
             self.state.d.next = MatrixState::Drain;
+            self.lstate.d.next = LoadState::Idle;
+            self.ready.d.next = 0.into();
             self.ostate.d.next = OutState::Idle;
             self.inflight.d.next = false;
             self.trap_r.d.next = false;
