@@ -13,7 +13,7 @@
 //! so the instructions before it run exactly as in the full run). A binary search over k takes about
 //! log2(instructions) runs of each device.
 
-use crate::loader;
+use crate::loader::{self, Counters};
 use anyhow::{bail, Context, Result};
 use opu_hw::container::{Container, Region, SectionKind, MAGIC};
 use opu_hw::device::{Completion, Device, DeviceError};
@@ -150,38 +150,12 @@ fn code_name<S: serde::Serializer>(c: &ErrorCode, s: S) -> Result<S::Ok, S::Erro
     s.serialize_str(c.name())
 }
 
-/// The counters of one run (docs/registers.md).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct RunCounters {
-    pub cycles: u64,
-    pub instructions: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub macs: u64,
-    pub skipped_blocks: u32,
-    pub kv_history_hits: u32,
-}
-
-impl RunCounters {
-    pub fn read(dev: &mut dyn Device) -> Result<Self, DeviceError> {
-        Ok(RunCounters {
-            cycles: dev.mmio_read64(regs::CYCLES_LO)?,
-            instructions: dev.mmio_read64(regs::INSTRET_LO)?,
-            bytes_read: dev.mmio_read64(regs::BYTES_READ_LO)?,
-            bytes_written: dev.mmio_read64(regs::BYTES_WRITTEN_LO)?,
-            macs: dev.mmio_read64(regs::MACS_LO)?,
-            skipped_blocks: dev.mmio_read(regs::SKIPPED_BLOCKS)?,
-            kv_history_hits: dev.mmio_read(regs::KV_HISTORY_HITS)?,
-        })
-    }
-}
-
 /// How a run ended and what it counted.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct RunOutcome {
     /// `None` when the program reached `end`.
     pub trap: Option<Trapped>,
-    pub counters: RunCounters,
+    pub counters: Counters,
 }
 
 /// What to run an entry with.
@@ -214,7 +188,7 @@ pub fn run_loaded(dev: &mut dyn Device, prog: &ProgramFile, opts: &RunOptions) -
         Err(DeviceError::Trap { code, pc }) => Some(Trapped { code, pc, info: dev.mmio_read64(regs::ERROR_INFO_LO)? }),
         Err(e) => return Err(e).with_context(|| format!("running {}", prog.path.display())),
     };
-    Ok(RunOutcome { trap, counters: RunCounters::read(dev)? })
+    Ok(RunOutcome { trap, counters: Counters::read(dev)? })
 }
 
 /// Loads the program onto a fresh device, writes `end` over the instruction at `end_at` if given, and runs it.
@@ -229,7 +203,7 @@ fn run_fresh(dev: &mut dyn Device, prog: &ProgramFile, opts: &RunOptions, end_at
 
 /// The first difference between the state two devices were left in, as text; `None` when they agree.
 /// Compares the trap, the debug window (registers, predicates, CSRs), the counters when both completed
-/// (`cycles` excepted: the functional simulator's is an estimate) and device memory outside `code` (the
+/// (`cycles` and the busy cycles excepted: the functional simulator's are estimates) and device memory outside `code` (the
 /// program's own words, which the search rewrites).
 pub fn first_state_difference(
     a: &mut dyn Device,
@@ -264,7 +238,7 @@ pub fn first_state_difference(
         }
     }
     if ra.trap.is_none() {
-        let (x, y) = (RunCounters { cycles: 0, ..ra.counters }, RunCounters { cycles: 0, ..rb.counters });
+        let (x, y) = (Counters { cycles: 0, busy: [0; 4], ..ra.counters }, Counters { cycles: 0, busy: [0; 4], ..rb.counters });
         if x != y {
             return Ok(Some(format!("counters: expected {x:?}, got {y:?}")));
         }

@@ -48,7 +48,7 @@ pub fn run(dev: &mut dyn Device, code_addr: u64, instructions: usize, args: &[u3
 }
 
 /// The run counters of the device (the figures after a run).
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counters {
     pub cycles: u64,
     pub instructions: u64,

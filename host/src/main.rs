@@ -152,12 +152,8 @@ enum Command {
         /// sim (the functional simulator) or rtl (the RTL under Verilator).
         #[arg(long, default_value = "sim")]
         backend: String,
-        /// With --backend rtl: write a VCD waveform of every signal to this file.
-        #[arg(long, requires = "vcd_window")]
-        vcd: Option<PathBuf>,
-        /// With --vcd: cycles START:END after the doorbell.
-        #[arg(long, requires = "vcd")]
-        vcd_window: Option<String>,
+        #[command(flatten)]
+        vcd: VcdArgs,
         #[arg(long)]
         json: bool,
     },
@@ -166,12 +162,8 @@ enum Command {
     Cosim {
         #[command(flatten)]
         prog: ProgramArgs,
-        /// Write a VCD waveform of the RTL's full run to this file.
-        #[arg(long, requires = "vcd_window")]
-        vcd: Option<PathBuf>,
-        /// With --vcd: cycles START:END after the doorbell.
-        #[arg(long, requires = "vcd")]
-        vcd_window: Option<String>,
+        #[command(flatten)]
+        vcd: VcdArgs,
         #[arg(long)]
         json: bool,
     },
@@ -225,6 +217,17 @@ struct ModelArgs {
     /// Compute threads of the reference path (default: all cores; `bench`: 1).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+/// A waveform of the RTL (`exec --backend rtl`, `cosim`).
+#[derive(clap::Args)]
+struct VcdArgs {
+    /// Write a VCD waveform of every signal of the RTL's run to this file.
+    #[arg(long, requires = "vcd_window")]
+    vcd: Option<PathBuf>,
+    /// With --vcd: cycles START:END after the doorbell.
+    #[arg(long, requires = "vcd")]
+    vcd_window: Option<String>,
 }
 
 /// A program file and how to run it (`exec`, `cosim`).
@@ -288,9 +291,9 @@ fn parse_window(s: &str) -> Result<(u64, u64)> {
 }
 
 /// The RTL under Verilator for `config`, with the VCD window if asked.
-fn open_rtl(config: &OverlayConfig, vcd: &Option<PathBuf>, window: &Option<String>) -> Result<opu_rtlsim::RtlSim> {
+fn open_rtl(config: &OverlayConfig, vcd: Option<&VcdArgs>) -> Result<opu_rtlsim::RtlSim> {
     let mut dev = opu_rtlsim::RtlSim::new(config).map_err(|e| anyhow::anyhow!("backend `rtl`: {e}"))?;
-    if let (Some(path), Some(w)) = (vcd, window) {
+    if let Some(VcdArgs { vcd: Some(path), vcd_window: Some(w) }) = vcd {
         let (a, b) = parse_window(w)?;
         dev.set_vcd_window(path, a, b);
     }
@@ -540,14 +543,14 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Inspect { input, json } => inspect(&input, json)?,
         Command::Rtl(cmd) => rtl(cmd)?,
-        Command::Exec { prog, backend, vcd, vcd_window, json } => {
+        Command::Exec { prog, backend, vcd, json } => {
             let (config, program, opts) = prog.open()?;
             let mut dev: Box<dyn opu_hw::device::Device> = match backend.as_str() {
                 "sim" => Box::new(opu_sim::func::FuncSim::new(&config)),
-                "rtl" => Box::new(open_rtl(&config, &vcd, &vcd_window)?),
+                "rtl" => Box::new(open_rtl(&config, Some(&vcd))?),
                 other => anyhow::bail!("--backend `{other}`: programs run on `sim` or `rtl`"),
             };
-            anyhow::ensure!(vcd.is_none() || backend == "rtl", "--vcd needs --backend rtl");
+            anyhow::ensure!(vcd.vcd.is_none() || backend == "rtl", "--vcd needs --backend rtl");
             program.load(dev.as_mut())?;
             let out = opu_host::exec::run_loaded(dev.as_mut(), &program, &opts)?;
             if json {
@@ -576,16 +579,14 @@ fn run(cli: Cli) -> Result<()> {
                 anyhow::bail!("{}", program.trap_message(t));
             }
         }
-        Command::Cosim { prog, vcd, vcd_window, json } => {
+        Command::Cosim { prog, vcd, json } => {
             let (config, program, opts) = prog.open()?;
             let report = opu_host::exec::cosim(
                 &program,
                 &opts,
                 &mut || Ok(opu_sim::func::FuncSim::new(&config)),
-                &mut |full| {
-                    let (v, w) = if full { (vcd.clone(), vcd_window.clone()) } else { (None, None) };
-                    Ok(Box::new(open_rtl(&config, &v, &w)?) as Box<dyn opu_hw::device::Device>)
-                },
+                // the waveform of the full run, not of the search's prefix runs
+                &mut |full| Ok(Box::new(open_rtl(&config, full.then_some(&vcd))?) as Box<dyn opu_hw::device::Device>),
             )?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

@@ -169,16 +169,17 @@ fn cosim_finds_the_first_instruction_after_which_the_devices_differ() {
     let opts = RunOptions::default();
     let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37)).collect();
     let fresh = |d: &mut dyn Device| d.mem_write(0x100 * 32, &data).unwrap();
+    let mut golden = || {
+        let mut f = FuncSim::new(&config);
+        fresh(&mut f);
+        Ok(f)
+    };
 
     // the same device on both sides: they agree, in one run each
     let r = cosim(
         &prog,
         &opts,
-        &mut || {
-            let mut f = FuncSim::new(&config);
-            fresh(&mut f);
-            Ok(f)
-        },
+        &mut golden,
         &mut |_| {
             let mut f = FuncSim::new(&config);
             fresh(&mut f);
@@ -194,11 +195,7 @@ fn cosim_finds_the_first_instruction_after_which_the_devices_differ() {
     let r = cosim(
         &prog,
         &opts,
-        &mut || {
-            let mut f = FuncSim::new(&config);
-            fresh(&mut f);
-            Ok(f)
-        },
+        &mut golden,
         &mut |_| {
             let mut f = Faulty { inner: FuncSim::new(&config), at: 0x1000 + 3 * 16, word: wrong };
             fresh(&mut f);
