@@ -1,7 +1,7 @@
 //! The overlay's top so far (unit `top`, rust-hdl HDL): the register file, the controller core, the DMA
 //! unit, the matrix unit (`matmul`), the vector unit (`vop rmsnorm rope argmax`) and the attention unit
 //! (`attn`, `kvappend`, the KV history buffer, and `route` on its router datapath), each behind its issue
-//! queue, and the 8-bank scratchpad, on one device-memory port. It runs programs of control, scalar, DMA,
+//! queue, and the 8-bank scratchpad, on device memory (a line port and a weight port). It runs programs of control, scalar, DMA,
 //! `matmul`, vector and attention instructions, and `RED` (`red::RedFile`) between the matrix unit's fused
 //! reduction and the vector unit; the matrix unit's `f16` format is not built yet, so such an instruction is
 //! never accepted (the run stalls until the watchdog ends it).
@@ -10,10 +10,11 @@
 //! while the others are idle with empty queues (instructions for the same unit queue up behind each other):
 //! the interlock docs/isa.md asks for, at the granularity of units.
 //!
-//! Memory port: one request per cycle (32-byte lines; reads answered in order with the request's `m_tag`
-//! echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 2 for the matrix unit, 3 for the
-//! attention unit). The units
-//! have priority; fetch takes the cycles they leave. `ldr` reads the scratchpad through its read
+//! Memory: a line port, one request per cycle (32-byte lines; reads answered in order with the request's
+//! `m_tag` echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 3 for the attention unit;
+//! the units have priority, fetch takes the cycles they leave), and a weight port for the matrix unit's
+//! loader (64-byte beats, in the cycles the line port leaves: the memory moves one beat or one line per
+//! cycle, the `sim` preset's 64 bytes per cycle). `ldr` reads the scratchpad through its read
 //! port, which is free then (the core issues `ldr` only when the units are idle).
 
 use crate::ctrl::core::Core;
@@ -53,6 +54,14 @@ pub struct Top<const R: usize> {
     pub m_resp: Signal<In, Bit>,
     pub m_rdata: Signal<In, Bits<256>>,
     pub m_resp_tag: Signal<In, Bits<2>>,
+    // ---- device memory, the weight port: the matrix unit's loader, reads of 64-byte beats (`w_addr` in
+    // beats), answered in order. The memory serves one beat or one line per cycle: a beat waits while the
+    // line port requests
+    pub w_req: Signal<Out, Bit>,
+    pub w_req_ready: Signal<In, Bit>,
+    pub w_addr: Signal<Out, Bits<64>>,
+    pub w_resp: Signal<In, Bit>,
+    pub w_rdata: Signal<In, Bits<512>>,
 
     mmio: Mmio,
     core: Core,
@@ -70,7 +79,7 @@ pub struct Top<const R: usize> {
     /// The scratchpad (8 banks of `2^R` words behind a line port).
     spm: Scratchpad<R>,
     dma_turn: Signal<Local, Bit>,
-    mat_turn: Signal<Local, Bit>,
+    line_req: Signal<Local, Bit>,
     att_turn: Signal<Local, Bit>,
     att_side_idle: Signal<Local, Bit>,
     dma_side_idle: Signal<Local, Bit>,
@@ -107,6 +116,11 @@ impl<const R: usize> Top<R> {
             m_resp: Default::default(),
             m_rdata: Default::default(),
             m_resp_tag: Default::default(),
+            w_req: Default::default(),
+            w_req_ready: Default::default(),
+            w_addr: Default::default(),
+            w_resp: Default::default(),
+            w_rdata: Default::default(),
             mmio: Mmio::new(config),
             core: Core::new(config),
             dma_q: Default::default(),
@@ -120,7 +134,7 @@ impl<const R: usize> Top<R> {
             att: AttentionUnit::new(config),
             spm: Default::default(),
             dma_turn: Default::default(),
-            mat_turn: Default::default(),
+            line_req: Default::default(),
             att_turn: Default::default(),
             att_side_idle: Default::default(),
             dma_side_idle: Default::default(),
@@ -284,12 +298,11 @@ impl<const R: usize> Logic for Top<R> {
         self.core.pwb_idx.next = self.att.pwb_idx.val();
         self.core.pwb_data.next = self.att.pwb_data.val();
 
-        // ---- memory port: the DMA unit, then the matrix unit, then the attention unit, fetch in the cycles
-        // they leave
+        // ---- line port: the DMA unit, then the attention unit, fetch in the cycles they leave
         self.dma_turn.next = self.dma.m_req.val();
-        self.mat_turn.next = self.mat.m_req.val() & !self.dma.m_req.val();
-        self.att_turn.next = self.att.m_req.val() & !self.dma.m_req.val() & !self.mat.m_req.val();
-        self.m_req.next = self.dma.m_req.val() | self.mat.m_req.val() | self.att.m_req.val() | self.core.f_req.val();
+        self.att_turn.next = self.att.m_req.val() & !self.dma.m_req.val();
+        self.line_req.next = self.dma.m_req.val() | self.att.m_req.val() | self.core.f_req.val();
+        self.m_req.next = self.line_req.val();
         self.m_write.next = (self.dma.m_write.val() & self.dma_turn.val()) | (self.att.m_write.val() & self.att_turn.val());
         self.m_addr.next = self.core.f_addr.val();
         self.m_wdata.next = self.dma.m_wdata.val();
@@ -301,10 +314,6 @@ impl<const R: usize> Logic for Top<R> {
             self.m_wmask.next = self.att.m_wmask.val();
             self.m_tag.next = 3.into();
         }
-        if self.mat_turn.val() {
-            self.m_addr.next = self.mat.m_addr.val();
-            self.m_tag.next = 2.into();
-        }
         if self.dma_turn.val() {
             self.m_addr.next = self.dma.m_addr.val();
             self.m_wdata.next = self.dma.m_wdata.val();
@@ -312,17 +321,20 @@ impl<const R: usize> Logic for Top<R> {
             self.m_tag.next = 1.into();
         }
         self.dma.m_req_ready.next = self.m_req_ready.val();
-        self.mat.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val();
-        self.att.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.mat_turn.val();
-        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.mat_turn.val() & !self.att_turn.val();
+        self.att.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val();
+        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.att_turn.val();
         self.dma.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 1);
-        self.mat.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 2);
         self.att.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 3);
         self.att.m_rdata.next = self.m_rdata.val();
         self.core.f_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 0);
         self.dma.m_rdata.next = self.m_rdata.val();
-        self.mat.m_rdata.next = self.m_rdata.val();
         self.core.f_data.next = self.m_rdata.val();
+        // ---- weight port: the matrix unit's beats, in the cycles the line port leaves
+        self.w_req.next = self.mat.m_req.val() & !self.line_req.val();
+        self.w_addr.next = self.mat.m_addr.val();
+        self.mat.m_req_ready.next = self.w_req_ready.val() & !self.line_req.val();
+        self.mat.m_resp.next = self.w_resp.val();
+        self.mat.m_rdata.next = self.w_rdata.val();
 
         // ---- the scratchpad: the DMA unit's line port or, while it runs, the matrix unit's or the vector
         // unit's; ldr reads when all are idle (the word at its address is word 0 of the line the next cycle)
@@ -388,6 +400,9 @@ pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitEr
         t.m_resp.connect();
         t.m_rdata.connect();
         t.m_resp_tag.connect();
+        t.w_req_ready.connect();
+        t.w_resp.connect();
+        t.w_rdata.connect();
         t.connect_all();
         crate::emit::checked_verilog(&t)
     }

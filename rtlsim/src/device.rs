@@ -3,7 +3,9 @@
 //!
 //! The top holds the register file, the controller core, the DMA, matrix, vector and attention units and the
 //! scratchpad on one memory port (docs/rtl.md, "Control (`ctrl`), the DMA unit and the top so far"); compiled
-//! programs run on it (everything but `matmul fmt=f16`, `conv` and `maxpool`). The memory model answers reads in order after `mem_latency_cycles` of the config, one request per cycle;
+//! programs run on it (everything but `matmul fmt=f16`, `conv` and `maxpool`). The memory model answers reads
+//! in order after `mem_latency_cycles` of the config, per cycle one request of the line port (32 bytes) or
+//! of the weight port (a 64-byte beat): the preset's 2 channels x 128 bits at twice the core clock;
 //! host accesses to device memory (`mem_write`, `mem_read`) go straight to the model, as a card's DMA engine
 //! would. The model exists only for the `sim` preset (the one the build verilates).
 
@@ -36,6 +38,8 @@ mod imp {
         top: Box<Top>,
         mem: Vec<u8>,
         pending: VecDeque<Pending>,
+        /// Weight-port beats in flight: due cycle, beat.
+        pending_beats: VecDeque<(u64, u64)>,
         latency: u64,
         /// Core cycle of the last doorbell write (the origin of VCD windows).
         doorbell_at: u64,
@@ -56,7 +60,8 @@ mod imp {
 
     impl RtlSim {
         pub fn new(config: &OverlayConfig) -> Result<RtlSim, RtlSimError> {
-            if config.hash() != OverlayConfig::sim().hash() {
+            // the memory model below serves the preset's 64 bytes per cycle (a line or a beat)
+            if config.hash() != OverlayConfig::sim().hash() || config.peak_bytes_per_cycle() != 64.0 {
                 return Err(RtlSimError::Config(config.name.clone()));
             }
             let mem_bytes = usize::try_from(config.device_memory_bytes).expect("device memory fits the host");
@@ -66,6 +71,7 @@ mod imp {
                 // vec![0; n] is calloc: pages are zeroed lazily
                 mem: vec![0u8; mem_bytes],
                 pending: VecDeque::new(),
+                pending_beats: VecDeque::new(),
                 latency: u64::from(config.mem_latency_cycles.max(1)),
                 doorbell_at: 0,
                 vcd_window: None,
@@ -154,8 +160,33 @@ mod imp {
                 }
                 _ => self.top.set_m_resp(0),
             }
+            match self.pending_beats.front() {
+                Some(&(due, beat)) if due <= now => {
+                    self.pending_beats.pop_front();
+                    let mut w = [0u32; 16];
+                    let at = (beat * 64) as usize;
+                    if let Some(bytes) = self.mem.get(at..at + 64) {
+                        for (i, c) in bytes.chunks_exact(4).enumerate() {
+                            w[i] = u32::from_le_bytes(c.try_into().unwrap());
+                        }
+                    }
+                    self.top.set_w_resp(1);
+                    self.top.set_w_rdata_words(&w);
+                }
+                _ => self.top.set_w_resp(0),
+            }
             self.top.set_m_req_ready(1);
+            self.top.set_w_req_ready(1);
             self.top.eval();
+            // The memory moves one line or one beat per cycle (the preset's 64 bytes); the top requests on
+            // one port at a time.
+            assert!(
+                !(self.top.m_req() == 1 && self.top.w_req() == 1),
+                "the top requested a line and a beat in the same cycle ({now})"
+            );
+            if self.top.w_req() == 1 {
+                self.pending_beats.push_back((now + self.latency, self.top.w_addr()));
+            }
             if self.top.m_req() == 1 {
                 let line = self.top.m_addr();
                 if self.top.m_write() == 1 {

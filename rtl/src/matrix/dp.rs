@@ -31,13 +31,13 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_li
     sq_mask, sq_out);
     input wire clock;
     input wire reset;
-    input wire [4:0] ld_o0;
+    input wire [5:0] ld_o0;
     input wire [15:0] ld_rb;
     input wire ld_valid;
     input wire ld_buf;
     input wire [15:0] ld_idx;
-    input wire [255:0] ld_line;
-    input wire [4:0] rd_o0;
+    input wire [511:0] ld_line;
+    input wire [5:0] rd_o0;
     input wire [15:0] rd_rb;
     input wire rd_buf;
     input wire [15:0] rd_off;
@@ -128,13 +128,13 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_li
 pub struct MatrixDatapath {
     pub clock: Signal<In, Clock>,
     pub reset: Signal<In, Bit>,
-    pub ld_o0: Signal<In, Bits<5>>,
+    pub ld_o0: Signal<In, Bits<6>>,
     pub ld_rb: Signal<In, Bits<16>>,
     pub ld_valid: Signal<In, Bit>,
     pub ld_buf: Signal<In, Bit>,
     pub ld_idx: Signal<In, Bits<16>>,
-    pub ld_line: Signal<In, Bits<256>>,
-    pub rd_o0: Signal<In, Bits<5>>,
+    pub ld_line: Signal<In, Bits<512>>,
+    pub rd_o0: Signal<In, Bits<6>>,
     pub rd_rb: Signal<In, Bits<16>>,
     pub rd_buf: Signal<In, Bit>,
     pub rd_off: Signal<In, Bits<16>>,

@@ -3,7 +3,10 @@
 //! block per step as the lane's weight bus (`w`) and scales (`dm`).
 //!
 //! Row `r` of a group (the lane holds rows `row0` and `row0 + 1`) starts `o_r = o0 + r x rb` bytes after the
-//! group's first line (`o0`: the group's byte offset in that line). Its slot holds the lines
+//! group's first line (`o0`: the group's byte offset in its first 64-byte memory beat, so the group's first
+//! line is line 0 or 1 of that beat). The lines arrive two at a time, a beat of the weight port (lines
+//! `ld_idx` and `ld_idx + 1`, `ld_idx` even): each lands in the rows it belongs to, and since the two have
+//! consecutive slot positions, one goes to the even bank and one to the odd bank of a row. Its slot holds the lines
 //! `o_r / 32 ..= (o_r + rb - 1) / 32` of the group, line `o_r / 32 + s` at slot position `s`, in two banks
 //! (even and odd positions) so that a block, which may straddle two lines, is read in one cycle: the block
 //! at byte `(o_r mod 32) + off` of the slot (`off` = block index x block bytes, the same for every row) is
@@ -31,16 +34,17 @@ pub struct WeightFeed<const A: usize> {
     /// Index of the lane's row 0 in a group (`2 x lane`), a constant the datapath ties.
     pub row0: Signal<In, Bits<16>>,
 
-    // ---- load: a line of the group being loaded (`ld_idx` counts from the group's first line)
-    pub ld_o0: Signal<In, Bits<5>>,
+    // ---- load: a beat of the group being loaded, lines `ld_idx` (even, counted from the group's first beat)
+    // and `ld_idx + 1` (low and high 256 bits of `ld_line`)
+    pub ld_o0: Signal<In, Bits<6>>,
     pub ld_rb: Signal<In, Bits<16>>,
     pub ld_valid: Signal<In, Bit>,
     pub ld_buf: Signal<In, Bit>,
     pub ld_idx: Signal<In, Bits<16>>,
-    pub ld_line: Signal<In, Bits<256>>,
+    pub ld_line: Signal<In, Bits<512>>,
 
     // ---- read: the block at byte `rd_off` of each row of the group in buffer `rd_buf`
-    pub rd_o0: Signal<In, Bits<5>>,
+    pub rd_o0: Signal<In, Bits<6>>,
     pub rd_rb: Signal<In, Bits<16>>,
     pub rd_buf: Signal<In, Bit>,
     pub rd_off: Signal<In, Bits<16>>,
@@ -88,10 +92,14 @@ pub struct WeightFeed<const A: usize> {
 
     off0: Signal<Local, Bits<24>>,
     off1: Signal<Local, Bits<24>>,
+    lo: Signal<Local, Bits<24>>,
+    hi: Signal<Local, Bits<24>>,
     s0: Signal<Local, Bits<24>>,
     s1: Signal<Local, Bits<24>>,
-    in0: Signal<Local, Bit>,
-    in1: Signal<Local, Bit>,
+    in0l: Signal<Local, Bit>,
+    in0h: Signal<Local, Bit>,
+    in1l: Signal<Local, Bit>,
+    in1h: Signal<Local, Bit>,
     pos0: Signal<Local, Bits<24>>,
     pos1: Signal<Local, Bits<24>>,
     kk0: Signal<Local, Bits<24>>,
@@ -157,10 +165,14 @@ impl<const A: usize> WeightFeed<A> {
             w8: k(u64::from(WeightFormat::W8.code())),
             off0: Default::default(),
             off1: Default::default(),
+            lo: Default::default(),
+            hi: Default::default(),
             s0: Default::default(),
             s1: Default::default(),
-            in0: Default::default(),
-            in1: Default::default(),
+            in0l: Default::default(),
+            in0h: Default::default(),
+            in1l: Default::default(),
+            in1h: Default::default(),
             pos0: Default::default(),
             pos1: Default::default(),
             kk0: Default::default(),
@@ -197,42 +209,61 @@ impl<const A: usize> Logic for WeightFeed<A> {
         self.odd1.write_clock.next = self.clock.val();
 
         // ---- load: which lines belong to each row, and where they go
-        self.off0.next = bit_cast::<24, 5>(self.ld_o0.val())
+        self.off0.next = bit_cast::<24, 6>(self.ld_o0.val())
             + bit_cast::<24, 32>(self.row0.val() * self.ld_rb.val());
         self.off1.next = self.off0.val() + bit_cast::<24, 16>(self.ld_rb.val());
         self.first0.d.next = self.off0.val() >> 5;
         self.last0.d.next = (self.off0.val() + bit_cast::<24, 16>(self.ld_rb.val()) - 1) >> 5;
         self.first1.d.next = self.off1.val() >> 5;
         self.last1.d.next = (self.off1.val() + bit_cast::<24, 16>(self.ld_rb.val()) - 1) >> 5;
-        self.s0.next = bit_cast::<24, 16>(self.ld_idx.val()) - self.first0.q.val();
-        self.s1.next = bit_cast::<24, 16>(self.ld_idx.val()) - self.first1.q.val();
-        self.in0.next = self.ld_valid.val()
-            & (bit_cast::<24, 16>(self.ld_idx.val()) >= self.first0.q.val())
-            & (bit_cast::<24, 16>(self.ld_idx.val()) <= self.last0.q.val());
-        self.in1.next = self.ld_valid.val()
-            & (bit_cast::<24, 16>(self.ld_idx.val()) >= self.first1.q.val())
-            & (bit_cast::<24, 16>(self.ld_idx.val()) <= self.last1.q.val());
+        self.lo.next = bit_cast::<24, 16>(self.ld_idx.val());
+        self.hi.next = bit_cast::<24, 16>(self.ld_idx.val()) + 1;
+        // slot position of the low line (wraps below the row's first line: then only the high one is in)
+        self.s0.next = self.lo.val() - self.first0.q.val();
+        self.s1.next = self.lo.val() - self.first1.q.val();
+        self.in0l.next = self.ld_valid.val() & (self.lo.val() >= self.first0.q.val()) & (self.lo.val() <= self.last0.q.val());
+        self.in0h.next = self.ld_valid.val() & (self.hi.val() >= self.first0.q.val()) & (self.hi.val() <= self.last0.q.val());
+        self.in1l.next = self.ld_valid.val() & (self.lo.val() >= self.first1.q.val()) & (self.lo.val() <= self.last1.q.val());
+        self.in1h.next = self.ld_valid.val() & (self.hi.val() >= self.first1.q.val()) & (self.hi.val() <= self.last1.q.val());
+        // s even: the low line to the even bank and the high one to the odd bank, both at s / 2; s odd: the
+        // low line to the odd bank at s / 2, the high one to the even bank at (s + 1) / 2
         self.even0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1)
             | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+        self.even0.write_data.next = self.ld_line.val().get_bits::<256>(0);
+        self.even0.write_enable.next = self.in0l.val();
         self.odd0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1)
             | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+        self.odd0.write_data.next = self.ld_line.val().get_bits::<256>(256);
+        self.odd0.write_enable.next = self.in0h.val();
+        if self.s0.val().get_bit(0) {
+            self.even0.write_address.next = bit_cast::<A, 24>((self.s0.val() + 1) >> 1)
+                | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+            self.even0.write_data.next = self.ld_line.val().get_bits::<256>(256);
+            self.even0.write_enable.next = self.in0h.val();
+            self.odd0.write_data.next = self.ld_line.val().get_bits::<256>(0);
+            self.odd0.write_enable.next = self.in0l.val();
+        }
         self.even1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1)
             | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+        self.even1.write_data.next = self.ld_line.val().get_bits::<256>(0);
+        self.even1.write_enable.next = self.in1l.val();
         self.odd1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1)
             | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
-        self.even0.write_data.next = self.ld_line.val();
-        self.odd0.write_data.next = self.ld_line.val();
-        self.even1.write_data.next = self.ld_line.val();
-        self.odd1.write_data.next = self.ld_line.val();
-        self.even0.write_enable.next = self.in0.val() & !self.s0.val().get_bit(0);
-        self.odd0.write_enable.next = self.in0.val() & self.s0.val().get_bit(0);
-        self.even1.write_enable.next = self.in1.val() & !self.s1.val().get_bit(0);
-        self.odd1.write_enable.next = self.in1.val() & self.s1.val().get_bit(0);
+        self.odd1.write_data.next = self.ld_line.val().get_bits::<256>(256);
+        self.odd1.write_enable.next = self.in1h.val();
+        if self.s1.val().get_bit(0) {
+            self.even1.write_address.next = bit_cast::<A, 24>((self.s1.val() + 1) >> 1)
+                | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+            self.even1.write_data.next = self.ld_line.val().get_bits::<256>(256);
+            self.even1.write_enable.next = self.in1h.val();
+            self.odd1.write_data.next = self.ld_line.val().get_bits::<256>(0);
+            self.odd1.write_enable.next = self.in1l.val();
+        }
 
         // ---- read, stage 1: slot positions k and k + 1 of each row from the even and odd banks
-        self.x0.d.next = self.rd_o0.val()
+        self.x0.d.next = bit_cast::<5, 6>(self.rd_o0.val())
             + bit_cast::<5, 32>(self.row0.val() * self.rd_rb.val());
-        self.x1.d.next = self.rd_o0.val()
+        self.x1.d.next = bit_cast::<5, 6>(self.rd_o0.val())
             + bit_cast::<5, 32>(self.row0.val() * self.rd_rb.val())
             + bit_cast::<5, 16>(self.rd_rb.val());
         self.pos0.next = bit_cast::<24, 5>(self.x0.q.val()) + bit_cast::<24, 16>(self.rd_off.val());

@@ -8,7 +8,8 @@
 //!    the destination's and the source's scratchpad spans, the weights' device-memory span. A violation
 //!    traps with the functional simulator's code and ERROR_INFO.
 //! 2. **Load** a group: its bytes are contiguous in device memory (rows back to back), so the loader requests
-//!    the group's lines in order and every weight feed keeps the lines of its two rows. The loader runs one
+//!    the group's 64-byte beats in order on the top's weight port (two lines per cycle, the `sim` preset's
+//!    memory bandwidth) and every weight feed keeps the lines of its two rows. The loader runs one
 //!    group ahead of the compute, in the other half of the weight buffer: while the array computes group
 //!    `g`, group `g + 1` streams in, so a group costs the longer of its load and its compute, not their sum.
 //! 3. **Compute**, for each token: per block of 32 columns the token's 64 activation bytes are read from the
@@ -182,12 +183,13 @@ pub struct Matrix {
     pub trap_pc: Signal<Out, Bits<32>>,
     pub trap_info: Signal<Out, Bits<64>>,
 
-    // ---- device memory (reads only): line requests, responses in order
+    // ---- device memory (reads only): the weight port, beats of two lines (64 bytes at a 64-byte aligned
+    // `m_addr` in beats), responses in order
     pub m_req: Signal<Out, Bit>,
     pub m_req_ready: Signal<In, Bit>,
     pub m_addr: Signal<Out, Bits<64>>,
     pub m_resp: Signal<In, Bit>,
-    pub m_rdata: Signal<In, Bits<256>>,
+    pub m_rdata: Signal<In, Bits<512>>,
 
     // ---- the scratchpad's line port (`spm::Scratchpad`): words at a word address, read data a cycle later
     pub s_we: Signal<Out, Bits<SPM_BANKS>>,
@@ -248,7 +250,7 @@ pub struct Matrix {
     gbyte: DFF<Bits<48>>,
     /// Byte offset of the group's first output row in a token's output row.
     gout: DFF<Bits<32>>,
-    o0: DFF<Bits<5>>,
+    o0: DFF<Bits<6>>,
     /// The compute's buffer half.
     c_buf: DFF<Bit>,
 
@@ -258,14 +260,20 @@ pub struct Matrix {
     l_rows_left: DFF<Bits<16>>,
     l_gbyte: DFF<Bits<48>>,
     l_grows: DFF<Bits<16>>,
-    l_o0: DFF<Bits<5>>,
-    nlines: DFF<Bits<16>>,
+    l_o0: DFF<Bits<6>>,
+    nbeats: DFF<Bits<16>>,
     req_k: DFF<Bits<16>>,
     resp_k: DFF<Bits<16>>,
     l_buf: DFF<Bit>,
     ready: DFF<Bits<2>>,
-    b_o0_0: DFF<Bits<5>>,
-    b_o0_1: DFF<Bits<5>>,
+    /// A half taken by a group whose lines are requested or in it (free again when the compute has read it).
+    busy: DFF<Bits<2>>,
+    /// The half the responses fill (the halves alternate, as the requests do).
+    r_buf: DFF<Bit>,
+    b_nb_0: DFF<Bits<16>>,
+    b_nb_1: DFF<Bits<16>>,
+    b_o0_0: DFF<Bits<6>>,
+    b_o0_1: DFF<Bits<6>>,
     b_grows_0: DFF<Bits<16>>,
     b_grows_1: DFF<Bits<16>>,
 
@@ -278,6 +286,8 @@ pub struct Matrix {
     xblk: DFF<Bits<32>>,
     woff: DFF<Bits<16>>,
     xlo: DFF<Bits<256>>,
+    /// The next block's low line was read in this block's steps (the prefetch).
+    pf0: DFF<Bit>,
     xf: DFF<Bits<512>>,
     /// A `last` step went into the array and its capture has not come yet.
     inflight: DFF<Bit>,
@@ -385,10 +395,16 @@ pub struct Matrix {
     /// Halves the loader fills and the compute frees this cycle.
     rdy_set: Signal<Local, Bits<2>>,
     rdy_clr: Signal<Local, Bits<2>>,
+    bsy_set: Signal<Local, Bits<2>>,
+    r_valid: Signal<Local, Bit>,
+    r_last: Signal<Local, Bit>,
     ntr: Signal<Local, Bits<32>>,
     // readout: the lane's old values, start values and placement
     lane_sel: Signal<Local, Bits<8>>,
     old_sh: Signal<Local, Bits<9>>,
+    pf_lo: Signal<Local, Bit>,
+    pf_hi: Signal<Local, Bit>,
+    next_last: Signal<Local, Bit>,
     old_lane: Signal<Local, Bits<64>>,
     i0: Signal<Local, Bits<ACC_BITS>>,
     i1: Signal<Local, Bits<ACC_BITS>>,
@@ -474,7 +490,7 @@ impl Matrix {
             grows: Default::default(),
             gbyte: Default::default(),
             gout: Default::default(),
-            nlines: Default::default(),
+            nbeats: Default::default(),
             c_buf: Default::default(),
             lstate: Default::default(),
             l_rows_left: Default::default(),
@@ -483,6 +499,10 @@ impl Matrix {
             l_o0: Default::default(),
             l_buf: Default::default(),
             ready: Default::default(),
+            busy: Default::default(),
+            r_buf: Default::default(),
+            b_nb_0: Default::default(),
+            b_nb_1: Default::default(),
             b_o0_0: Default::default(),
             b_o0_1: Default::default(),
             b_grows_0: Default::default(),
@@ -497,6 +517,7 @@ impl Matrix {
             xblk: Default::default(),
             woff: Default::default(),
             xlo: Default::default(),
+            pf0: Default::default(),
             xf: Default::default(),
             inflight: Default::default(),
             ostate: Default::default(),
@@ -590,9 +611,15 @@ impl Matrix {
             glen: Default::default(),
             rdy_set: Default::default(),
             rdy_clr: Default::default(),
+            bsy_set: Default::default(),
+            r_valid: Default::default(),
+            r_last: Default::default(),
             ntr: Default::default(),
             lane_sel: Default::default(),
             old_sh: Default::default(),
+            pf_lo: Default::default(),
+            pf_hi: Default::default(),
+            next_last: Default::default(),
             old_lane: Default::default(),
             i0: Default::default(),
             i1: Default::default(),
@@ -613,10 +640,10 @@ impl Logic for Matrix {
         dff_setup!(
             self, clock, state, pc, fmt, f32o, accf, redm, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, macs_total, outstanding, rows_left,
-            grows, gbyte, gout, nlines, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, xf, inflight, ostate,
+            grows, gbyte, gout, nbeats, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
-            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_o0, l_buf, ready, b_o0_0, b_o0_1, b_grows_0,
+            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_o0, l_buf, ready, busy, r_buf, b_nb_0, b_nb_1, b_o0_0, b_o0_1, b_grows_0,
             b_grows_1
         );
         self.dp.clock.next = self.clock.val();
@@ -664,16 +691,26 @@ impl Logic for Matrix {
         self.w_len.next = bit_cast::<48, 32>(self.rows.q.val() * self.rb.q.val().get_bits::<16>(0));
         self.ntr.next = bit_cast::<16, 7>(self.ntok.q.val()) * self.rows.q.val();
         // the group: rows x row bytes from the group's first byte, in lines
-        self.glen.next = bit_cast::<32, 5>(self.l_o0.q.val()) + (self.l_grows.q.val() * self.rb.q.val().get_bits::<16>(0));
+        self.glen.next = bit_cast::<32, 6>(self.l_o0.q.val()) + (self.l_grows.q.val() * self.rb.q.val().get_bits::<16>(0));
         self.rdy_set.next = 0.into();
         self.rdy_clr.next = 0.into();
+        self.bsy_set.next = 0.into();
+        // a response of the group filling half r_buf (none are taken while draining after a flush)
+        self.r_valid.next = self.m_resp.val() & (self.state.q.val() != MatrixState::Drain) & (self.state.q.val() != MatrixState::Idle);
+        self.r_last.next = self.resp_k.q.val() + 1 == self.b_nb_0.q.val();
+        if self.r_buf.q.val() {
+            self.r_last.next = self.resp_k.q.val() + 1 == self.b_nb_1.q.val();
+        }
 
         // ---- datapath wiring
-        self.dp.ld_o0.next = self.l_o0.q.val();
+        self.dp.ld_o0.next = self.b_o0_0.q.val();
+        if self.r_buf.q.val() {
+            self.dp.ld_o0.next = self.b_o0_1.q.val();
+        }
         self.dp.ld_rb.next = self.rb.q.val().get_bits::<16>(0);
-        self.dp.ld_valid.next = self.m_resp.val() & (self.lstate.q.val() == LoadState::Lines);
-        self.dp.ld_buf.next = self.l_buf.q.val();
-        self.dp.ld_idx.next = self.resp_k.q.val();
+        self.dp.ld_valid.next = self.r_valid.val();
+        self.dp.ld_buf.next = self.r_buf.q.val();
+        self.dp.ld_idx.next = self.resp_k.q.val() << 1;
         self.dp.ld_line.next = self.m_rdata.val();
         self.dp.rd_o0.next = self.o0.q.val();
         self.dp.rd_rb.next = self.rb.q.val().get_bits::<16>(0);
@@ -687,14 +724,28 @@ impl Logic for Matrix {
         self.dp.f_last.next = self.last_blk.val();
         self.dp.f_xf.next = self.xf.q.val();
         self.m_req.next = false;
-        self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 5) + bit_cast::<48, 16>(self.req_k.q.val()));
+        self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 6) + bit_cast::<48, 16>(self.req_k.q.val()));
 
         // ---- scratchpad: the readout's accesses first, the activation reads when it leaves the port free
         self.ro_read.next = self.ostate.q.val() == OutState::Read;
         self.ro_write.next = self.ostate.q.val() == OutState::Write;
+        // the next block's two lines are read in the current block's last two steps (W4Min / W4: steps 0
+        // and 1; W8: 2 and 3), so the blocks of a token follow each other without a gap
+        self.next_last.next = bit_cast::<16, 11>(self.blk.q.val()) + 2 == bit_cast::<16, 11>(self.nb.q.val());
+        self.pf_lo.next = (self.state.q.val() == MatrixState::Step) & !self.last_blk.val() & (self.step.q.val() == 0);
+        if self.w8.val() {
+            self.pf_lo.next = (self.state.q.val() == MatrixState::Step) & !self.last_blk.val() & (self.step.q.val() == 2);
+        }
+        self.pf_hi.next = (self.state.q.val() == MatrixState::Step) & !self.last_blk.val() & self.last_step.val();
         self.sp_word.next = self.xblk.q.val() >> 2;
         if self.state.q.val() == MatrixState::XRead1 {
             self.sp_word.next = (self.xblk.q.val() >> 2) + 8;
+        }
+        if self.pf_lo.val() {
+            self.sp_word.next = (self.xblk.q.val() + 64) >> 2;
+        }
+        if self.pf_hi.val() {
+            self.sp_word.next = ((self.xblk.q.val() + 64) >> 2) + 8;
         }
         if self.ro_read.val() | self.ro_write.val() {
             self.sp_word.next = self.obyte.q.val() >> 2;
@@ -838,6 +889,8 @@ impl Logic for Matrix {
                     self.l_rows_left.d.next = self.rows.q.val();
                     self.l_gbyte.d.next = self.w_byte.val();
                     self.l_buf.d.next = false;
+                    self.r_buf.d.next = false;
+                    self.resp_k.d.next = 0.into();
                     self.rdy_clr.next = 3.into();
                     self.c_buf.d.next = false;
                 }
@@ -892,14 +945,32 @@ impl Logic for Matrix {
                     self.xf.d.next = bit_cast::<512, 256>(self.xlo.q.val()) | (bit_cast::<512, 256>(self.s_rdata.val()) << 256);
                 }
                 self.step.d.next = self.step.q.val() + 1;
+                if self.pf_lo.val() {
+                    self.pf0.d.next = !self.ro_read.val() & !self.ro_write.val();
+                }
                 if self.last_step.val() {
                     self.step.d.next = 0.into();
                     self.blk.d.next = self.blk.q.val() + 1;
                     self.woff.d.next = self.woff.q.val() + bit_cast::<16, 6>(self.bb.q.val());
                     self.xblk.d.next = self.xblk.q.val() + 64;
                     self.state.d.next = MatrixState::XRead0;
+                    // the prefetch: the low line arrives now and the high one is read; as in XRead0, the last
+                    // block of a token waits until the hold registers are free (else the reads start over)
+                    if self.pf_hi.val()
+                        & self.pf0.q.val()
+                        & !self.ro_read.val()
+                        & !self.ro_write.val()
+                        & !(self.next_last.val() & (self.inflight.q.val() | (self.ostate.q.val() != OutState::Idle)))
+                    {
+                        self.xlo.d.next = self.s_rdata.val();
+                        self.state.d.next = MatrixState::Step;
+                    }
                     if self.last_blk.val() {
                         self.inflight.d.next = true;
+                        if self.last_tok.val() {
+                            // the group's last weight read: its half is free for the loader
+                            self.rdy_clr.next = bit_cast::<2, 1>(self.c_buf.q.val().into()) + 1;
+                        }
                         self.tok.d.next = self.tok.q.val() + 1;
                         self.xtok.d.next = self.xtok.q.val() + self.src_pitch.q.val();
                         self.state.d.next = MatrixState::Token;
@@ -922,8 +993,7 @@ impl Logic for Matrix {
                         self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 2);
                     }
                     self.state.d.next = MatrixState::Group;
-                    // the half is free for the loader; the next group is in the other one
-                    self.rdy_clr.next = bit_cast::<2, 1>(self.c_buf.q.val().into()) + 1;
+                    // the next group is in the other half
                     self.c_buf.d.next = !self.c_buf.q.val();
                     if self.rows_left.q.val() == self.grows.q.val() {
                         self.progress.next = true;
@@ -1093,7 +1163,9 @@ impl Logic for Matrix {
         self.red_wdata.next = bit_cast::<RED_BITS, ACC_BITS>(self.red_base.val().get_bits::<ACC_BITS>(0) + self.rq2_sum.q.val().get_bits::<ACC_BITS>(0))
             | (bit_cast::<RED_BITS, 1>((self.red_base.val().get_bit(96) | self.rq2_sum.q.val().get_bit(96)).into()) << 96);
 
-        // ---- the loader: the next group's lines into the free half of the weight buffer
+        // ---- the loader: the request side runs ahead through the groups, each into the next half as soon as
+        // the compute has read that half; the response side fills the halves in the same order (responses come
+        // in order), so the memory streams across group boundaries without waiting for a group's last response
         match self.lstate.q.val() {
             LoadState::Idle => {}
             LoadState::Group => {
@@ -1101,37 +1173,37 @@ impl Logic for Matrix {
                 if self.l_rows_left.q.val() > self.group_rows.val() {
                     self.l_grows.d.next = self.group_rows.val();
                 }
-                self.l_o0.d.next = self.l_gbyte.q.val().get_bits::<5>(0);
+                self.l_o0.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                 self.req_k.d.next = 0.into();
-                self.resp_k.d.next = 0.into();
-                self.nlines.d.next = 0.into();
-                if !self.ready.q.val().get_bit(self.l_buf.q.val().into()) {
+                self.nbeats.d.next = 0.into();
+                if !self.busy.q.val().get_bit(self.l_buf.q.val().into()) {
                     self.lstate.d.next = LoadState::Lines;
+                    self.bsy_set.next = bit_cast::<2, 1>(self.l_buf.q.val().into()) + 1;
                 }
             }
             LoadState::Lines => {
-                // l_grows and l_o0 are set: the group's lines (one cycle late the first time, from glen)
-                self.nlines.d.next = bit_cast::<16, 32>((self.glen.val() + 31) >> 5);
-                if (self.req_k.q.val() < self.nlines.q.val()) & (self.nlines.q.val() != 0) {
+                // l_grows and l_o0 are set: the group's beats (one cycle late the first time, from glen)
+                self.nbeats.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                if self.nbeats.q.val() == 0 {
+                    // the group's geometry for the response side, before its first response can arrive
+                    if self.l_buf.q.val() {
+                        self.b_o0_1.d.next = self.l_o0.q.val();
+                        self.b_grows_1.d.next = self.l_grows.q.val();
+                        self.b_nb_1.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                    } else {
+                        self.b_o0_0.d.next = self.l_o0.q.val();
+                        self.b_grows_0.d.next = self.l_grows.q.val();
+                        self.b_nb_0.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                    }
+                }
+                if (self.req_k.q.val() < self.nbeats.q.val()) & (self.nbeats.q.val() != 0) {
                     self.m_req.next = true;
                     if self.m_req_ready.val() {
                         self.req_k.d.next = self.req_k.q.val() + 1;
                         self.progress.next = true;
                     }
                 }
-                if self.m_resp.val() {
-                    self.resp_k.d.next = self.resp_k.q.val() + 1;
-                    self.progress.next = true;
-                }
-                if (self.nlines.q.val() != 0) & (self.resp_k.q.val() == self.nlines.q.val()) {
-                    self.rdy_set.next = bit_cast::<2, 1>(self.l_buf.q.val().into()) + 1;
-                    if self.l_buf.q.val() {
-                        self.b_o0_1.d.next = self.l_o0.q.val();
-                        self.b_grows_1.d.next = self.l_grows.q.val();
-                    } else {
-                        self.b_o0_0.d.next = self.l_o0.q.val();
-                        self.b_grows_0.d.next = self.l_grows.q.val();
-                    }
+                if (self.nbeats.q.val() != 0) & (self.req_k.q.val() == self.nbeats.q.val()) {
                     self.l_buf.d.next = !self.l_buf.q.val();
                     self.l_rows_left.d.next = self.l_rows_left.q.val() - self.l_grows.q.val();
                     self.l_gbyte.d.next = self.l_gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
@@ -1142,7 +1214,17 @@ impl Logic for Matrix {
                 }
             }
         }
+        if self.r_valid.val() {
+            self.resp_k.d.next = self.resp_k.q.val() + 1;
+            self.progress.next = true;
+            if self.r_last.val() {
+                self.rdy_set.next = bit_cast::<2, 1>(self.r_buf.q.val().into()) + 1;
+                self.r_buf.d.next = !self.r_buf.q.val();
+                self.resp_k.d.next = 0.into();
+            }
+        }
         self.ready.d.next = (self.ready.q.val() & !self.rdy_clr.val()) | self.rdy_set.val();
+        self.busy.d.next = (self.busy.q.val() & !self.rdy_clr.val()) | self.bsy_set.val();
 
         // ---- memory responses in flight (a flush waits for them)
         if self.m_req.val() & self.m_req_ready.val() & !self.m_resp.val() {
@@ -1155,6 +1237,7 @@ impl Logic for Matrix {
             self.state.d.next = MatrixState::Drain;
             self.lstate.d.next = LoadState::Idle;
             self.ready.d.next = 0.into();
+            self.busy.d.next = 0.into();
             self.ostate.d.next = OutState::Idle;
             self.inflight.d.next = false;
             self.trap_r.d.next = false;

@@ -62,11 +62,11 @@ mod tests {
     #[test]
     fn roofline() {
         let m = CostModel::new(&OverlayConfig::sim());
-        // sim: 256 MACs and 4 x 32 x 450/225 = 256 bytes per cycle, 64 cycles latency.
+        // sim: 256 MACs and 2 x 16 x 450/225 = 64 bytes per cycle, 64 cycles latency.
         assert_eq!(m.estimate(&Work::default()), (1, 0));
-        let compute_bound = Work { macs: 256 * 1000, pe_products: 256 * 1000, bytes_read: 256 * 10, ..Work::default() };
+        let compute_bound = Work { macs: 256 * 1000, pe_products: 256 * 1000, bytes_read: 64 * 10, ..Work::default() };
         assert_eq!(m.estimate(&compute_bound), (1001, 0));
-        let memory_bound = Work { macs: 256, pe_products: 256, bytes_read: 256 * 100, ..Work::default() };
+        let memory_bound = Work { macs: 256, pe_products: 256, bytes_read: 64 * 100, ..Work::default() };
         assert_eq!(m.estimate(&memory_bound), (1 + 64 + 100, 64 + 100 - 1));
         let dma = Work { bytes_written: 1, ..Work::default() };
         assert_eq!(m.estimate(&dma), (1 + 64 + 1, 0));
