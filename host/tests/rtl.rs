@@ -82,3 +82,50 @@ fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
     assert!(shares.iter().all(|&x| x > 0.0) && shares.iter().sum::<f64>() <= 1.0, "{u:?}");
     eprintln!("per decoded token: {per_token:.0} cycles, {bpc:.2} bytes/cycle, busy {u:?}");
 }
+
+/// SmolLM2-135M (the real model, from the model cache; CI fetches it first) for three decode steps on the
+/// RTL and on the functional simulator: the logits bit for bit at every step (the first is the first
+/// generated token of a one-token prompt), all of device memory after them, the RTL's bandwidth efficiency,
+/// and the functional simulator's cycle model against the RTL's count. About 2 minutes of Verilator per step.
+#[test]
+fn smollm2_decode_on_the_rtl_equals_the_functional_simulator() {
+    if !models_or_skip("SmolLM2 on the RTL") {
+        return;
+    }
+    std::env::set_var("RAYON_NUM_THREADS", "1");
+    let path = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache");
+    let g = opu_compiler::gguf::Gguf::open(&path).unwrap();
+    let config = OverlayConfig::sim();
+    let opts = CompileOptions { max_context: Some(64), ..Default::default() };
+    let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
+    let mut sim = SimBackend::open(&g, &config, &opts, 1).unwrap();
+    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+    // "Hi", then the greedy tokens
+    let mut token = 26843u32;
+    let mut generated = Vec::new();
+    for step in 0..3 {
+        let (a, b) = (rtl.forward(&[token], false).unwrap(), sim.forward(&[token], false).unwrap());
+        assert_eq!(a[0].len(), 49152);
+        assert_eq!(bits(&a), bits(&b), "logits of step {step} (position {step})");
+        token = b[0].iter().enumerate().fold((0, f32::NEG_INFINITY), |m, (i, &x)| if x > m.1 { (i, x) } else { m }).0 as u32;
+        generated.push(token);
+    }
+    assert_memory_equal(&mut rtl, &mut sim, "after three decode steps");
+    let (rs, ss) = (rtl.stats().unwrap(), sim.stats().unwrap());
+    for k in ["instructions", "macs", "bytes_read", "bytes_written", "kv_history_hits", "kv_history_misses"] {
+        assert_eq!(rs[k], ss[k], "{k}");
+    }
+    let (fr, fs) = (&rs["figures"], &ss["figures"]);
+    let (cr, cs) = (fr["cycles_per_token"].as_f64().unwrap(), fs["cycles_per_token"].as_f64().unwrap());
+    let eff = fr["bandwidth_efficiency"].as_f64().unwrap();
+    eprintln!(
+        "SmolLM2, 3 decode steps (positions 0..=2, tokens {generated:?}): RTL {cr:.0} cycles/token, bandwidth efficiency \
+         {eff:.3}, busy {}; functional model {cs:.0} ({:+.2}%)",
+        fr["unit_utilization"],
+        100.0 * (cs / cr - 1.0)
+    );
+    // decode streams every weight once per token: memory-bound on the RTL's counters
+    assert!(eff >= 0.85, "bandwidth efficiency {eff}");
+    // the functional simulator's cycle figure is a model of this RTL
+    assert!((cs / cr - 1.0).abs() < 0.05, "functional model {cs} vs RTL {cr} cycles per token");
+}

@@ -104,7 +104,7 @@ pub const UNITS: &[(&str, &str, &str)] = &[
     (
         "top",
         "opu_top",
-        "the overlay so far (rust-hdl HDL): register file, controller core, DMA, matrix, vector and attention units, RED, 8-bank scratchpad, one device-memory port",
+        "the overlay so far (rust-hdl HDL): register file, controller core, DMA, matrix, vector and attention units, RED, 8-bank scratchpad, a line port and a weight port to device memory",
     ),
 ];
 

@@ -24,7 +24,8 @@
 //!   (rust-hdl HDL) and the datapath of 8 vector lanes.
 //! - [`red`]: the reduction file `RED` (64 wide accumulators, reading 0 until written in a run).
 //! - [`spm`]: the scratchpad, 8 banks of words behind a line port at any word address.
-//! - [`top`]: the overlay so far: register file, core, DMA unit and scratchpad on one memory port.
+//! - [`top`]: the overlay so far: register file, core, the DMA, matrix, vector and attention units and the
+//!   scratchpad, on a line port and a weight port to device memory.
 //! - [`emit`]: Verilog of a named unit, top module renamed to a stable name.
 //! - [`synth`]: resource figures from yosys `synth_xilinx -family xcup`.
 pub use opu_hw as hw;

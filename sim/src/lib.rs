@@ -2,8 +2,8 @@
 //! exactly as on a card.
 //!
 //! - [`func`]: the functional simulator, the golden model: every instruction of docs/isa.md computed with the
-//!   functions of [`opu_hw::numerics`], bit for bit, with the architectural counters and a roofline cycle
-//!   estimate.
+//!   functions of [`opu_hw::numerics`], bit for bit, with the architectural counters and a cycle
+//!   estimate that models the RTL's schedule.
 //!
 //! The RTL under Verilator (unit models and the overlay's top behind `Device`) is opu-rtlsim; this crate
 //! never needs Verilator.

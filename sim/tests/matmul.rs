@@ -172,7 +172,7 @@ fn rows_split_over_threads_give_identical_bits() {
 }
 
 #[test]
-fn nonfinite_inputs_give_nan_and_cycles_follow_the_roofline() {
+fn nonfinite_inputs_give_nan_and_the_array_waits_for_its_weights() {
     let mut sim = sim();
     let mut r = rng(5);
     let (rows, cols) = (64usize, 64usize);
@@ -187,10 +187,10 @@ fn nonfinite_inputs_give_nan_and_cycles_follow_the_roofline() {
         &[],
     );
     assert!(to_f16s(&spm_get(&sim, 0x100, 2 * rows)).iter().all(|&v| v == 0x7E00));
-    // sim preset: 256 MACs and 64 bytes per cycle, 64 cycles of latency. 4096 MACs = 16 cycles of compute,
-    // 64 x 36 bytes = 36 cycles of transfer + 64 latency: memory-bound, 1 + 100 cycles, then `end`: 1.
-    assert_eq!(c.cycles, 1 + 64 + 36 + 1);
+    // The estimate models the RTL (sim/tests/rtl_cost.rs holds it to the RTL's counts): 4 groups of 16 rows x
+    // 2 W4 blocks, 8 steps of the array in all, wait for their weights (a memory latency, 9 beats each).
     assert_eq!(sim.mmio_read64(regs::CYCLES_LO).unwrap(), c.cycles);
-    assert_eq!(sim.mmio_read64(regs::STALL_CYCLES_LO).unwrap(), 100 - 16);
-    assert_eq!(sim.stats().stall_cycles, 84);
+    let stall = sim.mmio_read64(regs::STALL_CYCLES_LO).unwrap();
+    assert_eq!(sim.stats().stall_cycles, stall);
+    assert!(stall > 64 && stall < c.cycles - 8, "{stall} of {} cycles", c.cycles);
 }

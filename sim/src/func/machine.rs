@@ -202,6 +202,8 @@ impl Machine {
     pub fn note_read(&mut self, r: &Range<usize>) {
         let n = (r.end - r.start) as u64;
         self.work.bytes_read += n;
+        self.work.mem_rows_read += 1;
+        self.work.mem_lines_read += lines_touched(r);
         self.regions.record(r.start as u64, n, false);
     }
 
@@ -209,6 +211,7 @@ impl Machine {
     pub fn note_write(&mut self, r: &Range<usize>) {
         let n = (r.end - r.start) as u64;
         self.work.bytes_written += n;
+        self.work.mem_lines_written += lines_touched(r);
         self.regions.record(r.start as u64, n, true);
     }
 
@@ -221,4 +224,13 @@ impl Machine {
 /// Little-endian FP16 bits of a byte slice.
 pub(crate) fn f16s(bytes: &[u8]) -> Vec<u16> {
     bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+}
+
+/// The 32-byte device-memory lines a byte range touches.
+fn lines_touched(r: &Range<usize>) -> u64 {
+    if r.is_empty() {
+        0
+    } else {
+        (r.end.div_ceil(32) - r.start / 32) as u64
+    }
 }

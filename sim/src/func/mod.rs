@@ -169,6 +169,7 @@ impl FuncSim {
     fn doorbell(&mut self) {
         self.regs.clear_status();
         self.machine.reset_for_run(&self.regs.args);
+        self.machine.counters.cycles += self.machine.cost_model.start_cycles();
         if let Some(t) = &mut self.pc_trace {
             t.clear();
         }
@@ -225,7 +226,7 @@ impl Machine {
         c.macs += w.macs;
         c.bytes_read += w.bytes_read;
         c.bytes_written += w.bytes_written;
-        let (cycles, stall) = self.cost_model.estimate(&w);
+        let (cycles, stall) = self.cost_model.estimate(instr, &w, self.csr[Csr::HeadDim as usize]);
         c.cycles += cycles;
         if let Some(u) = instr.spec().unit() {
             c.busy_cycles[u as usize] += cycles;

@@ -145,6 +145,7 @@ impl Machine {
         self.work.macs += work;
         self.work.pe_products += work;
         self.work.vector_elems += (group * n * hd) as u64;
+        self.work.positions += u64::from(positions);
         Ok(())
     }
 

@@ -1,0 +1,86 @@
+//! The functional simulator's cycle estimate against the RTL's counts: single instructions of SmolLM2's
+//! shapes (and a few others), each measured on the overlay's RTL under Verilator (`sim` preset) with
+//! `opu exec PROGRAM --backend rtl --base 0x100000 --json` (the RTL's `CYCLES`, doorbell to completion, on
+//! zeroed memory: the RTL's timing does not depend on the data). The numbers are the RTL's, typed in from
+//! those runs, so this test needs no Verilator; host/tests/rtl.rs compares the model with the live RTL on
+//! SmolLM2 decode. Re-measure them when the RTL's schedule changes.
+
+mod common;
+use common::*;
+
+/// `(program, RTL cycles)`. Lines separated by `;`, `end` appended.
+const RTL_CYCLES: &[(&str, u64)] = &[
+    // matmul, one token (decode): exact on the RTL's schedule
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 195),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 324),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=64 w=0x1000", 840),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 307),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 596),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1772),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=1536 w=0x1000", 517),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=1536 w=0x1000", 1246),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=1536 w=0x1000", 4162),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 205),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 346),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=64 w=0x1000", 916),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 405),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 873),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2745),
+    ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2753),
+    ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 375),
+    ("matmul fmt=w4m out=f16 acc=1 red=set ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1774),
+    ("matmul fmt=w4 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=1536 w=0x1001", 1153),
+    // matmul, several tokens (prefill): the readout's port conflicts are an average
+    ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 1048),
+    ("matmul fmt=w4m out=f16 ntok=16 dst=0x4000 src=0 rows=64 cols=576 w=0x1000", 3112),
+    ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 780),
+    // the vector unit
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5", 601),
+    ("rmsnorm dd=f16 ds=f16 rows=4 dst=4000 src=16 g=2960 n=576 eps=1e-5", 1606),
+    ("rope style=normal heads=9 head_dim=64 rows=1 dst=592 src=592 table=2896", 375),
+    ("rope style=normal heads=3 head_dim=64 rows=1 dst=880 src=880 table=2896", 303),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536", 651),
+    ("vop op=copy dd=f16 da=f16 db=f16 red=set rows=1 dst=16 a=16 b=16 n=576", 339),
+    ("vop op=add dd=f32 da=f32 db=f32 red=none rows=2 dst=8000 a=16 b=3000 n=576", 556),
+    ("argmax dt=f32 rd=r2 dst=20000 src=3536 n=16352", 2311),
+    // DMA and the core
+    ("load spm=2960 mem=0x38080 bytes=2304 idx=r0 stride=0", 208),
+    ("load spm=16 mem=0x31aa00 bytes=1152 idx=r1 stride=36", 172),
+    ("load spm=0 mem=0x20000 bytes=4 idx=r0 stride=0", 137),
+    ("store2d spm=3536 mem=0x20080 row_bytes=0xff80 rows=1 mem_stride=0x1800 spm_stride=0x3fe0", 2117),
+    ("store2d spm=3536 mem=0x21874 row_bytes=384 rows=1 mem_stride=0x1800 spm_stride=96", 85),
+    ("addi rd=r1 rs=r0 imm=1;addi rd=r1 rs=r0 imm=1;addi rd=r1 rs=r0 imm=1;addi rd=r1 rs=r0 imm=1", 77),
+    ("ldr rd=r1 spm=0", 72),
+    // the attention unit (SmolLM2's head size 64 and group 3; positions all present)
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00", 98),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 516),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=2;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 756),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 2196),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 7956),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1886),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=2 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 2017),
+    ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=576", 358),
+    ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=64", 230),
+];
+
+#[test]
+fn the_cycle_estimate_is_a_model_of_the_rtl() {
+    let mut worst = (0.0f64, "");
+    for &(program, rtl) in RTL_CYCLES {
+        let mut sim = sim();
+        let text = format!("{}\nend", program.replace(';', "\n"));
+        let program_base = 0x10_0000;
+        sim.load_program(program_base, &opu_hw::isa::assemble(&text).unwrap()).unwrap();
+        let c = sim.run(&[]).unwrap_or_else(|e| panic!("{program}: {e}"));
+        let err = c.cycles as f64 / rtl as f64 - 1.0;
+        eprintln!("model {:>6} RTL {:>6} {:+6.2}%  {program}", c.cycles, rtl, 100.0 * err);
+        // one token: the RTL's schedule, to a couple of cycles; several tokens: an average of the readout's
+        // conflicts with the activation reads
+        let bound = if program.contains("ntok=") && !program.contains("ntok=1 ") { 0.08 } else { 0.01 };
+        assert!(err.abs() <= bound, "{program}: model {} cycles, RTL {rtl}", c.cycles);
+        if err.abs() > worst.0 {
+            worst = (err.abs(), program);
+        }
+    }
+    eprintln!("worst: {:.2}% ({})", 100.0 * worst.0, worst.1);
+}
