@@ -42,8 +42,9 @@ pub trait Backend {
 /// Backend names `open` accepts.
 pub const BACKENDS: &[&str] = &["auto", "reference", "sim", "rtl", "pcie"];
 
-/// Opens backend `name` for the model in `g`. Returns the backend and, for `auto`, why it was chosen.
-pub fn open(name: &str, g: &Gguf) -> Result<(Box<dyn Backend>, Option<String>)> {
+/// Opens backend `name` for the model in `g`, compiled for overlay `config` on the overlay backends (the
+/// reference path has no overlay). Returns the backend and, for `auto`, why it was chosen.
+pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig) -> Result<(Box<dyn Backend>, Option<String>)> {
     match name {
         "reference" => {
             let (device, dev_name) = crate::reference::default_device();
@@ -57,14 +58,12 @@ pub fn open(name: &str, g: &Gguf) -> Result<(Box<dyn Backend>, Option<String>)> 
             Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), Some(why)))
         }
         "sim" => {
-            let config = opu_hw::OverlayConfig::sim();
             let threads = crate::runtime::compute_threads();
-            Ok((Box::new(crate::sim_backend::SimBackend::open(g, &config, &opu_compiler::CompileOptions::default(), threads)?), None))
+            Ok((Box::new(crate::sim_backend::SimBackend::open(g, config, &opu_compiler::CompileOptions::default(), threads)?), None))
         }
         "rtl" => {
-            // the RTL of the `sim` preset under Verilator (the model opu-rtlsim builds)
-            let config = opu_hw::OverlayConfig::sim();
-            Ok((Box::new(crate::sim_backend::SimBackend::open_rtl(g, &config, &opu_compiler::CompileOptions::default())?), None))
+            // the RTL under Verilator: opu-rtlsim builds it for the `sim` preset, and refuses another config
+            Ok((Box::new(crate::sim_backend::SimBackend::open_rtl(g, config, &opu_compiler::CompileOptions::default())?), None))
         }
         "pcie" => bail!("backend `{name}` is not available in this build yet (available: sim, rtl, reference, auto)"),
         other => bail!("unknown backend `{other}` (expected one of: {})", BACKENDS.join(", ")),

@@ -106,7 +106,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Prefill and decode speed of one or more backends, side by side (`--backend sim,reference`).
+    /// Prefill and decode speed of one or more backends, side by side (`--backend sim,reference`), and
+    /// the overlay's figures per decoded token where the backend counts cycles (`--backend rtl,sim
+    /// --config sim,u280`: every backend at every config).
     Bench {
         #[command(flatten)]
         model: ModelArgs,
@@ -217,6 +219,10 @@ struct ModelArgs {
     /// Compute threads of the reference path (default: all cores; `bench`: 1).
     #[arg(long)]
     threads: Option<usize>,
+    /// Overlay the model is compiled for and run on (sim and rtl backends): a preset (sim, u280) or a TOML
+    /// file (`bench`: several, comma-separated). The RTL under Verilator is built for `sim` only.
+    #[arg(long, default_value = "sim")]
+    config: String,
 }
 
 /// A waveform of the RTL (`exec --backend rtl`, `cosim`).
@@ -308,11 +314,12 @@ impl ModelArgs {
             // candle and its rayon pool read this when they first start work.
             std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         }
+        let config = OverlayConfig::from_name_or_path(&self.config)?;
         let path = cache::resolve_model(self.model.as_deref(), quiet)?;
         let spinner = if quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
         spinner.set_message(format!("loading {} on the {} backend", path.display(), self.backend));
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-        let session = Session::open(&path, &self.backend);
+        let session = Session::open_with_config(&path, &self.backend, &config);
         spinner.finish_and_clear();
         let session = session?;
         if let (Some(note), false) = (&session.backend_note, quiet) {
@@ -478,18 +485,46 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { model, prompt_tokens, decode_tokens, json } => {
             anyhow::ensure!(prompt_tokens > 0, "--prompt-tokens must be at least 1");
-            // Several backends, side by side in one run (e.g. `--backend sim,reference`).
+            // Several backends (and overlay configs), side by side in one run (e.g. `--backend sim,reference`).
             let mut rows = Vec::new();
-            for backend in model.backend.split(',') {
-                let mut session = ModelArgs { backend: backend.to_string(), model: model.model.clone(), threads: model.threads }.open(json, Some(1))?;
+            let runs = model.backend.split(',').flat_map(|b| {
+                // the reference path has no overlay: once
+                let configs: Vec<&str> = if b == "reference" { vec!["sim"] } else { model.config.split(',').collect() };
+                configs.into_iter().map(move |c| (b, c))
+            });
+            for (backend, config) in runs {
+                let mut session = ModelArgs {
+                    backend: backend.to_string(),
+                    model: model.model.clone(),
+                    threads: model.threads,
+                    config: config.to_string(),
+                }.open(json, Some(1))?;
                 // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
                 let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
                 let prompt_ids: Vec<u32> = seed_ids.iter().cycle().take(prompt_tokens).copied().collect();
                 let params = GenerateParams { max_tokens: decode_tokens + 1, stop: vec![u32::MAX], ..GenerateParams::default() };
-                session.generate(&prompt_ids[..prompt_tokens.min(8)], &GenerateParams { max_tokens: 2, ..params.clone() }, |_| {})?; // warm-up
+                if backend != "rtl" {
+                    // warm-up (the RTL's speed is its simulator's, which needs none)
+                    session.generate(&prompt_ids[..prompt_tokens.min(8)], &GenerateParams { max_tokens: 2, ..params.clone() }, |_| {})?;
+                }
                 let gen = session.generate(&prompt_ids, &params, |_| {})?;
-                let compile = session.backend_stats().and_then(|s| s["compile_seconds"].as_f64());
+                let stats = session.backend_stats();
+                let compile = stats.as_ref().and_then(|s| s["compile_seconds"].as_f64());
+                // the overlay's figures per decoded token: the RTL's counters, or the functional simulator's
+                // model of them (`cycles_are_estimates`)
+                let figures = stats.as_ref().map(|s| {
+                    let f = &s["figures"];
+                    serde_json::json!({
+                        "config": config,
+                        "cycles_per_token": f["cycles_per_token"],
+                        "bandwidth_efficiency": f["bandwidth_efficiency"],
+                        "unit_utilization": f["unit_utilization"],
+                        "projected_tokens_per_second": f["projected_tokens_per_second"],
+                        "cycles_are_estimates": f["cycles_are_estimates"],
+                    })
+                });
                 rows.push(serde_json::json!({
+                    "overlay": figures,
                     "backend": session.backend_name(),
                     "threads": std::env::var("RAYON_NUM_THREADS").unwrap_or_default(),
                     "prompt_tokens": prompt_tokens,
@@ -514,6 +549,32 @@ fn run(cli: Cli) -> Result<()> {
                     );
                 }
                 println!("({prompt_tokens} prompt tokens, then {decode_tokens} one-token steps, one run)");
+                if rows.iter().any(|r| !r["overlay"].is_null()) {
+                    println!();
+                    println!(
+                        "{:<46} {:>7} {:>12} {:>10} {:>13}  busy dma/matrix/vector/attention",
+                        "overlay, per decoded token", "config", "cycles", "bandwidth", "proj. tok/s"
+                    );
+                    for r in rows.iter().filter(|r| !r["overlay"].is_null()) {
+                        let o = &r["overlay"];
+                        let u = &o["unit_utilization"];
+                        let share = |k: &str| u[k].as_f64().unwrap_or(0.0);
+                        println!(
+                            "{:<46} {:>7} {:>12.0} {:>10.3} {:>13.1}  {:.3}/{:.3}/{:.3}/{:.3}{}",
+                            r["backend"].as_str().unwrap_or(""),
+                            o["config"].as_str().unwrap_or(""),
+                            o["cycles_per_token"].as_f64().unwrap_or(0.0),
+                            o["bandwidth_efficiency"].as_f64().unwrap_or(0.0),
+                            o["projected_tokens_per_second"].as_f64().unwrap_or(0.0),
+                            share("dma"),
+                            share("matrix"),
+                            share("vector"),
+                            share("attention"),
+                            if o["cycles_are_estimates"].as_bool() == Some(true) { "  (cycle model)" } else { "  (RTL counters)" },
+                        );
+                    }
+                    println!("(bandwidth: bytes moved per cycle over the config's peak; projected at the config's core clock)");
+                }
             }
         }
         Command::Compile { model, config, max_context, trace_layers, output } => {

@@ -81,14 +81,21 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens the GGUF model at `path` on backend `backend` ("reference", "auto", ...).
+    /// Opens the GGUF model at `path` on backend `backend` ("reference", "auto", ...), the `sim` and `rtl`
+    /// backends at the `sim` overlay preset.
     pub fn open(path: &Path, backend: &str) -> Result<Self> {
+        Self::open_with_config(path, backend, &opu_hw::OverlayConfig::sim())
+    }
+
+    /// Opens the GGUF model at `path` on backend `backend`, the `sim` and `rtl` backends (and later `pcie`)
+    /// at overlay `config`.
+    pub fn open_with_config(path: &Path, backend: &str, config: &opu_hw::OverlayConfig) -> Result<Self> {
         if !path.exists() {
             bail!("{}: no such model file", path.display());
         }
         let g = Gguf::open(path)?;
         // The backend checks the architecture and every tensor first: the clearest error for a wrong model.
-        let (backend, backend_note) = backend::open(backend, &g)?;
+        let (backend, backend_note) = backend::open(backend, &g, config)?;
         let tokenizer = Tokenizer::from_gguf(&g)?;
         // The model's end-of-generation tokens: EOS, EOT if declared, and <|endoftext|> if the vocabulary has it.
         let mut end_tokens: Vec<u32> = tokenizer.eos_id().into_iter().collect();

@@ -209,3 +209,37 @@ fn rtl_emit_and_synth() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
 }
+
+/// `--config` on the model commands: `bench` runs the functional simulator at both presets and reports the
+/// overlay's figures per decoded token (its cycle model of the RTL); a config that is neither a preset nor a
+/// file is an error naming it. Uses SmolLM2 from the model cache (CI fetches it first).
+#[test]
+fn bench_reports_the_overlay_figures_at_each_config() {
+    let out = opu(&[
+        "bench", "--backend", "sim", "--config", "sim,u280", "--model", "smollm2", "--prompt-tokens", "2", "--decode-tokens",
+        "1", "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let mut cycles = Vec::new();
+    for (r, config) in rows.iter().zip(["sim", "u280"]) {
+        let o = &r["overlay"];
+        assert_eq!(o["config"], config);
+        assert!(r["backend"].as_str().unwrap().contains(&format!("overlay `{config}`")), "{}", r["backend"]);
+        assert_eq!(o["cycles_are_estimates"], true);
+        let c = o["cycles_per_token"].as_f64().unwrap();
+        let eff = o["bandwidth_efficiency"].as_f64().unwrap();
+        assert!(eff > 0.0 && eff <= 1.0, "{config}: {eff}");
+        assert!((o["projected_tokens_per_second"].as_f64().unwrap() - 225e6 / c).abs() < 1e-6);
+        let busy: f64 = ["dma", "matrix", "vector", "attention"].iter().map(|k| o["unit_utilization"][*k].as_f64().unwrap()).sum();
+        assert!(busy > 0.9 && busy <= 1.0, "{config}: {}", o["unit_utilization"]);
+        cycles.push(c);
+    }
+    // 16 times the lanes and 32 times the memory: fewer cycles per token
+    assert!(cycles[1] < cycles[0], "{cycles:?}");
+    let out = opu(&["run", "--backend", "sim", "--config", "nosuch", "--model", "smollm2", "--max-tokens", "1", "hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown overlay preset `nosuch`"));
+}

@@ -69,7 +69,7 @@ impl FuncSim {
             regs::BYTES_WRITTEN_LO => c.bytes_written,
             regs::MACS_LO => c.macs,
             regs::STALL_CYCLES_LO => c.stall_cycles,
-            o if (regs::BUSY_LO..regs::BUSY_LO + 32).contains(&o) && (o - regs::BUSY_LO) % 8 == 0 => c.busy_cycles[((o - regs::BUSY_LO) / 8) as usize],
+            o if (regs::BUSY_LO..regs::BUSY_LO + 32).contains(&o) && (o - regs::BUSY_LO).is_multiple_of(8) => c.busy_cycles[((o - regs::BUSY_LO) / 8) as usize],
             regs::ERROR_INFO_LO => self.regs.error_info,
             _ => return None,
         })

@@ -104,7 +104,7 @@ impl Machine {
 
     pub(super) fn route(&mut self, pd: Pred, mark: bool, pos: Reg, src: u32, w: u32, cols: u32) -> Result<(), Trap> {
         // whole lines of weights: the skip row and the biases start on a line (docs/isa.md)
-        require(cols > 0 && cols % 16 == 0)?;
+        require(cols > 0 && cols.is_multiple_of(16))?;
         let n = cols as usize;
         let x_r = self.spm_range(Span::new(word(src), 2 * u128::from(cols)))?;
         let w_r = self.mem_range(Span::new(line(u128::from(w)), 4 * u128::from(cols) + 4))?;
