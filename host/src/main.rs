@@ -453,7 +453,7 @@ fn run(cli: Cli) -> Result<()> {
                 let path = cache::resolve_model(model.model.as_deref(), true)?;
                 let g = opu_compiler::gguf::Gguf::open(&path)?;
                 let sequences = prompts.iter().map(|p| backend.tokenizer.encode(&p.text)).collect::<Result<Vec<_>, _>>()?;
-                Some(eval::per_layer(&g, &OverlayConfig::sim(), &sequences, opu_host::runtime::compute_threads())?)
+                Some(eval::per_layer(&g, &OverlayConfig::from_name_or_path(&model.config)?, &sequences, opu_host::runtime::compute_threads())?)
             } else {
                 None
             };
