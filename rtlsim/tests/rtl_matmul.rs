@@ -32,6 +32,9 @@ struct Case {
     cols: u32,
     /// The fused reduction: 0 none, 1 `set`, 2 `set` then the same `matmul` again with `add`.
     red: u8,
+    /// The weights' byte offset from WEIGHTS: 0, or 32 (an odd line: the group starts in the second line of
+    /// the weight port's 64-byte beat).
+    w_off: u64,
 }
 
 impl Case {
@@ -53,7 +56,7 @@ impl Case {
                 at += 2;
             }
         }
-        let mut at = WEIGHTS as usize;
+        let mut at = (WEIGHTS + self.w_off) as usize;
         for _ in 0..self.rows * self.cols / BLOCK as u32 {
             let b = weight_block(rng, self.fmt, false);
             data[at..at + b.len()].copy_from_slice(&b);
@@ -99,7 +102,7 @@ impl Case {
                 dst / 4,
                 self.rows,
                 self.cols,
-                WEIGHTS / 32
+                (WEIGHTS + self.w_off) / 32
             );
         }
         p += &format!("store spm={} mem={} bytes={out_bytes} idx=r0 stride=0\n", dst / 4, OUT / 32);
@@ -136,16 +139,18 @@ fn matmul_equals_the_functional_simulator() {
     }
     let cases = [
         // one row group, one token: the decode shape
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1, w_off: 0 },
         // several groups, the last partial and odd (a half-written output word), tokens, the fused residual
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96, red: 2 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96, red: 2, w_off: 32 },
         // Q4_0 rows of 18-byte blocks (rows start at every even byte of a line), FP32 outputs with start values
-        Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64, red: 1 },
+        Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64, red: 1, w_off: 0 },
         // Q8_0: four steps per block, rows of 34-byte blocks
-        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0 },
-        Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32, red: 2 },
+        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0, w_off: 32 },
+        Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32, red: 2, w_off: 0 },
         // three full groups of long rows, one token: each group's load overlaps the previous one's compute
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 48, cols: 320, red: 1 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 48, cols: 320, red: 1, w_off: 0 },
+        // the same from an odd line: every group starts in the second line of a 64-byte beat
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 48, cols: 320, red: 0, w_off: 32 },
     ];
     let mut rng = Rng(0x3a7_3a7);
     // and random shapes: any format, output type, start values and reduction, 1..=4 tokens, 1..=40 rows, 1..=6
@@ -160,6 +165,7 @@ fn matmul_equals_the_functional_simulator() {
             rows: 1 + rng.below(40) as u32,
             cols: 32 * (1 + rng.below(6) as u32),
             red: rng.below(3) as u8,
+            w_off: 32 * rng.below(2),
         })
         .collect();
     for case in cases.into_iter().chain(random) {

@@ -88,14 +88,14 @@ pub enum OutState {
     Write,
 }
 
-/// The weight loader, which runs one row group ahead of the compute: while the array computes the group in
-/// one half of the weight buffer, the next group's lines stream into the other.
+/// The weight loader's request side, which runs ahead of the compute: while the array computes a group in
+/// one half of the weight buffer, the next group's beats stream into the other.
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum LoadState {
     Idle,
-    /// The next group's geometry; waits until its buffer half is free.
+    /// Waits until the next group's half is free, then takes its geometry (one cycle).
     Group,
-    /// The group's lines stream in (any number in flight).
+    /// The group's beats are requested, one per cycle (any number in flight).
     Lines,
 }
 
@@ -260,7 +260,6 @@ pub struct Matrix {
     l_rows_left: DFF<Bits<16>>,
     l_gbyte: DFF<Bits<48>>,
     l_grows: DFF<Bits<16>>,
-    l_o0: DFF<Bits<6>>,
     nbeats: DFF<Bits<16>>,
     req_k: DFF<Bits<16>>,
     resp_k: DFF<Bits<16>>,
@@ -392,6 +391,8 @@ pub struct Matrix {
     pl_hi: Signal<Local, Bits<32>>,
     nt1: Signal<Local, Bits<16>>,
     glen: Signal<Local, Bits<32>>,
+    /// The rows of the group the loader starts next.
+    g_rows: Signal<Local, Bits<16>>,
     /// Halves the loader fills and the compute frees this cycle.
     rdy_set: Signal<Local, Bits<2>>,
     rdy_clr: Signal<Local, Bits<2>>,
@@ -496,7 +497,6 @@ impl Matrix {
             l_rows_left: Default::default(),
             l_gbyte: Default::default(),
             l_grows: Default::default(),
-            l_o0: Default::default(),
             l_buf: Default::default(),
             ready: Default::default(),
             busy: Default::default(),
@@ -609,6 +609,7 @@ impl Matrix {
             pl_hi: Default::default(),
             nt1: Default::default(),
             glen: Default::default(),
+            g_rows: Default::default(),
             rdy_set: Default::default(),
             rdy_clr: Default::default(),
             bsy_set: Default::default(),
@@ -643,7 +644,7 @@ impl Logic for Matrix {
             grows, gbyte, gout, nbeats, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
-            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_o0, l_buf, ready, busy, r_buf, b_nb_0, b_nb_1, b_o0_0, b_o0_1, b_grows_0,
+            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf, b_nb_0, b_nb_1, b_o0_0, b_o0_1, b_grows_0,
             b_grows_1
         );
         self.dp.clock.next = self.clock.val();
@@ -690,8 +691,12 @@ impl Logic for Matrix {
         self.w_byte.next = bit_cast::<48, 32>(self.wline.q.val()) << 5;
         self.w_len.next = bit_cast::<48, 32>(self.rows.q.val() * self.rb.q.val().get_bits::<16>(0));
         self.ntr.next = bit_cast::<16, 7>(self.ntok.q.val()) * self.rows.q.val();
-        // the group: rows x row bytes from the group's first byte, in lines
-        self.glen.next = bit_cast::<32, 6>(self.l_o0.q.val()) + (self.l_grows.q.val() * self.rb.q.val().get_bits::<16>(0));
+        // the group the loader starts next: its rows, and its bytes from its first beat's first byte
+        self.g_rows.next = self.l_rows_left.q.val();
+        if self.l_rows_left.q.val() > self.group_rows.val() {
+            self.g_rows.next = self.group_rows.val();
+        }
+        self.glen.next = bit_cast::<32, 6>(self.l_gbyte.q.val().get_bits::<6>(0)) + (self.g_rows.val() * self.rb.q.val().get_bits::<16>(0));
         self.rdy_set.next = 0.into();
         self.rdy_clr.next = 0.into();
         self.bsy_set.next = 0.into();
@@ -1169,47 +1174,39 @@ impl Logic for Matrix {
         match self.lstate.q.val() {
             LoadState::Idle => {}
             LoadState::Group => {
-                self.l_grows.d.next = self.l_rows_left.q.val();
-                if self.l_rows_left.q.val() > self.group_rows.val() {
-                    self.l_grows.d.next = self.group_rows.val();
-                }
-                self.l_o0.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
-                self.req_k.d.next = 0.into();
-                self.nbeats.d.next = 0.into();
+                // the group's geometry, for the requests and for the response side (before its first response
+                // can arrive), as soon as its half is free; its first beat is requested next cycle
                 if !self.busy.q.val().get_bit(self.l_buf.q.val().into()) {
+                    self.l_grows.d.next = self.g_rows.val();
+                    self.nbeats.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                    self.req_k.d.next = 0.into();
+                    if self.l_buf.q.val() {
+                        self.b_o0_1.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_1.d.next = self.g_rows.val();
+                        self.b_nb_1.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                    } else {
+                        self.b_o0_0.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_0.d.next = self.g_rows.val();
+                        self.b_nb_0.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                    }
                     self.lstate.d.next = LoadState::Lines;
                     self.bsy_set.next = bit_cast::<2, 1>(self.l_buf.q.val().into()) + 1;
                 }
             }
             LoadState::Lines => {
-                // l_grows and l_o0 are set: the group's beats (one cycle late the first time, from glen)
-                self.nbeats.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
-                if self.nbeats.q.val() == 0 {
-                    // the group's geometry for the response side, before its first response can arrive
-                    if self.l_buf.q.val() {
-                        self.b_o0_1.d.next = self.l_o0.q.val();
-                        self.b_grows_1.d.next = self.l_grows.q.val();
-                        self.b_nb_1.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
-                    } else {
-                        self.b_o0_0.d.next = self.l_o0.q.val();
-                        self.b_grows_0.d.next = self.l_grows.q.val();
-                        self.b_nb_0.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
-                    }
-                }
-                if (self.req_k.q.val() < self.nbeats.q.val()) & (self.nbeats.q.val() != 0) {
-                    self.m_req.next = true;
-                    if self.m_req_ready.val() {
-                        self.req_k.d.next = self.req_k.q.val() + 1;
-                        self.progress.next = true;
-                    }
-                }
-                if (self.nbeats.q.val() != 0) & (self.req_k.q.val() == self.nbeats.q.val()) {
-                    self.l_buf.d.next = !self.l_buf.q.val();
-                    self.l_rows_left.d.next = self.l_rows_left.q.val() - self.l_grows.q.val();
-                    self.l_gbyte.d.next = self.l_gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
-                    self.lstate.d.next = LoadState::Group;
-                    if self.l_rows_left.q.val() == self.l_grows.q.val() {
-                        self.lstate.d.next = LoadState::Idle;
+                // one beat per cycle; with the last one accepted, the next group starts (Group) at once
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.req_k.d.next = self.req_k.q.val() + 1;
+                    self.progress.next = true;
+                    if self.req_k.q.val() + 1 == self.nbeats.q.val() {
+                        self.l_buf.d.next = !self.l_buf.q.val();
+                        self.l_rows_left.d.next = self.l_rows_left.q.val() - self.l_grows.q.val();
+                        self.l_gbyte.d.next = self.l_gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
+                        self.lstate.d.next = LoadState::Group;
+                        if self.l_rows_left.q.val() == self.l_grows.q.val() {
+                            self.lstate.d.next = LoadState::Idle;
+                        }
                     }
                 }
             }
