@@ -141,6 +141,17 @@ mod imp {
             Ok(())
         }
 
+        /// The little-endian words of device memory from byte `at` (zeros past its end: the top checks its
+        /// addresses, so only a bug would read there).
+        fn read_words(mem: &[u8], at: u64, w: &mut [u32]) {
+            let at = at as usize;
+            if let Some(bytes) = mem.get(at..at + 4 * w.len()) {
+                for (x, c) in w.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *x = u32::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+        }
+
         /// One core cycle: memory responses due, the model settles, the memory takes a request, the edge.
         fn step(&mut self) {
             let now = self.top.cycles();
@@ -148,12 +159,7 @@ mod imp {
                 Some(&(due, tag, line)) if due <= now => {
                     self.pending.pop_front();
                     let mut w = [0u32; 8];
-                    let at = (line * 32) as usize;
-                    if let Some(bytes) = self.mem.get(at..at + 32) {
-                        for (i, c) in bytes.chunks_exact(4).enumerate() {
-                            w[i] = u32::from_le_bytes(c.try_into().unwrap());
-                        }
-                    }
+                    Self::read_words(&self.mem, line * 32, &mut w);
                     self.top.set_m_resp(1);
                     self.top.set_m_resp_tag(tag);
                     self.top.set_m_rdata_words(&w);
@@ -164,12 +170,7 @@ mod imp {
                 Some(&(due, beat)) if due <= now => {
                     self.pending_beats.pop_front();
                     let mut w = [0u32; 16];
-                    let at = (beat * 64) as usize;
-                    if let Some(bytes) = self.mem.get(at..at + 64) {
-                        for (i, c) in bytes.chunks_exact(4).enumerate() {
-                            w[i] = u32::from_le_bytes(c.try_into().unwrap());
-                        }
-                    }
+                    Self::read_words(&self.mem, beat * 64, &mut w);
                     self.top.set_w_resp(1);
                     self.top.set_w_rdata_words(&w);
                 }
