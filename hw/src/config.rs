@@ -72,8 +72,8 @@ impl OverlayConfig {
     /// Small overlay that Verilator simulates quickly: 8 lanes x 32 = 256 MACs per cycle, behind 2 memory
     /// channels x 128 bit at twice the core clock (64 bytes per core cycle, 14.4 GB/s: a DDR4-class board).
     /// Sized like the u280 preset, with the array faster than the memory so that decode is bandwidth-bound:
-    /// the array takes a Q4_1 stream at up to 160 bytes per cycle (80 on today's RTL, a block per 2 cycles
-    /// per lane row pair).
+    /// the array takes a Q4_1 stream at up to 160 bytes per cycle (a block of both of a lane's rows per 2
+    /// cycles).
     pub fn sim() -> Self {
         OverlayConfig {
             name: "sim".into(),

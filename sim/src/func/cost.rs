@@ -12,8 +12,9 @@
 //! - `attn`: a fixed part plus, per position, the memory latency, the scores, the softmax and the update
 //!   in turn (the RTL does not overlap positions yet); `kvappend`, `route`;
 //! - DMA: a read pays the memory latency once per row, then a line per cycle; a write a line per cycle;
-//! - the core: the program's first fetch, and a couple of cycles per scalar instruction (the core runs
-//!   them while a unit works, so most of them hide).
+//! - the core: the program's first fetch, and 2 cycles per scalar instruction (what one costs on the RTL
+//!   with no unit working; behind a busy unit it hides, which the model ignores: scalar instructions are
+//!   a few hundred cycles of SmolLM2's 1.7 million).
 //!
 //! Instructions follow each other (the RTL's units take turns: docs/isa.md's interlock at the granularity
 //! of units). The constants were fitted on the RTL under Verilator (`sim` preset, memory latency 64) with
