@@ -2,7 +2,8 @@
 //! V rows from the scratchpad to device memory at `k + P kv_stride`, the presence byte of position `P`), with
 //! the CSRs set by `csrw` and `P` from a register, then every byte of the device-memory window, the
 //! registers, INSTRET and the byte counters compared; and every `kvappend` trap by code, pc and ERROR_INFO.
-//! `attn` over two layers with absent positions served by the history; `route` (decisions, predicates,
+//! `attn` over two layers with absent positions served by the history, short and longer than the unit's
+//! K/V rings; `route` (decisions, predicates,
 //! presence bytes, SKIPPED_BLOCKS) and its traps.
 
 mod common;
@@ -164,6 +165,59 @@ fn attn_equals_the_functional_simulator() {
         );
         let cycles = compare_with_func(&p, &d);
         eprintln!("case {case}: head_dim {hd}, group {group}, kvh {kvh}, {len} positions, kv_stride {stride}: {cycles} cycles");
+    }
+}
+
+/// Long contexts: more positions than the K and V rings of the unit hold (256 lines each: 32 positions of
+/// `head_dim` 128, 256 of 16), dense rows, two layers with absent positions in the second, against the
+/// functional simulator. Covers the fetch running ahead of the scores and the updates and wrapping the rings,
+/// updates that follow each other at once (many chunks) and after the lanes drain (few), and presence
+/// lines past the first.
+#[test]
+fn attn_streams_long_contexts_equal_the_functional_simulator() {
+    if !models_or_skip("RTL attn over long contexts vs functional simulator") {
+        return;
+    }
+    const REGION: u64 = 0x3000;
+    let (k0, v0, k1, v1, pres, out) = (0x1000, 0x4000, 0x7000, 0xA000, 0xD000u64, 0xE000u64);
+    let mut rng = Rng(0x4a7_0005);
+    for (case, (hd, group, kvh, len)) in [(128u32, 3u32, 1u32, 48u32), (16, 1, 3, 300), (64, 5, 2, 90), (32, 2, 0, 130)].into_iter().enumerate() {
+        let row = u64::from(hd) * 2;
+        assert!(u64::from(len) * row <= REGION);
+        let mut d: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
+        for (from, bytes, spread) in [(Q_MEM, 0xF00, 4.0), (k0, REGION, 3.0), (v0, REGION, 3.0), (k1, REGION, 3.0), (v1, REGION, 3.0)] {
+            for i in (0..bytes).step_by(2) {
+                let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * spread);
+                d[(from + i) as usize..(from + i + 2) as usize].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        for i in 0..0x200 {
+            d[(pres + i) as usize] = u8::from(rng.below(4) != 0);
+        }
+        let (stride, head_bytes, scale) = (hd * 2 / 32, group * hd * 2, (1.0 / (hd as f32).sqrt()).to_bits());
+        let attn = |k: u64, v: u64, to: u64| {
+            format!(
+                "attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\nstore spm={} mem={} bytes={head_bytes} idx=r0 stride=0\n",
+                D_SPM / 4,
+                Q_SPM / 4,
+                k / 32,
+                v / 32,
+                D_SPM / 4,
+                to / 32
+            )
+        };
+        let p = format!(
+            "load spm={} mem={} bytes={head_bytes} idx=r0 stride=0\n\
+             csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\ncsrw csr=attn_scale rs=r0 imm={scale}\n\
+             seti rd=r4 imm={len}\n{}csrw csr=kv_present rs=r0 imm={}\n{}end\n",
+            Q_SPM / 4,
+            Q_MEM / 32,
+            attn(k0, v0, out),
+            pres / 32,
+            attn(k1, v1, out + 0x800),
+        );
+        let cycles = compare_with_func(&p, &d);
+        eprintln!("case {case}: head_dim {hd}, group {group}, kvh {kvh}, {len} positions: {cycles} cycles");
     }
 }
 

@@ -52,6 +52,8 @@ use rust_hdl::prelude::*;
 /// Line address bits of the KV history buffer (K and V each: `kv_history_slots x kv_history_width / 16`
 /// lines of 16 FP16).
 pub const HIST_LINE_BITS: usize = 16;
+/// Lines of the K ring and of the V ring: at least 4 positions of the largest `head_dim` (63 lines).
+pub const RING_LINES: usize = 256;
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum AttnState {
@@ -82,20 +84,13 @@ pub enum AttnState {
     AChk5,
     /// The query heads into their buffers.
     LoadQ,
-    /// A position (scan or run): its presence line, then what it needs.
+    /// The trap scan of a position: its presence line, then its rows or its history slot.
     PosStart,
     PresReq,
     PresWait,
     PosGo,
-    /// A present position's K and V lines from device memory; an absent one's from the history.
-    KvFetch,
-    HistRead,
-    /// The scores, the softmax outputs.
-    Score,
-    ScoreWait,
-    /// The output update; its last results.
-    Update,
-    UpdWait,
+    /// The positions stream through the fetch, score and update engines ([`FetchState`], `s_busy`, `u_busy`).
+    Run,
     /// `recip(l)` per head, then the outputs.
     Recip,
     Out,
@@ -116,6 +111,24 @@ pub enum AttnState {
     RWait,
     /// Flushed: memory responses still in flight run out.
     Drain,
+}
+
+/// The fetch engine of `attn`: position `t`'s presence line, then its K and V lines into the rings (requests
+/// from device memory, or copies from its history slot).
+#[derive(Copy, Clone, Debug, PartialEq, LogicState)]
+pub enum FetchState {
+    Idle,
+    /// Position `t`: the end, its presence line, or on.
+    Pos,
+    PresReq,
+    PresWait,
+    /// Room in the rings; present or absent.
+    Go,
+    /// The K then V line requests of a present position.
+    Req,
+    /// An absent position's lines from its history slot (once nothing is in flight).
+    Hist,
+    Done,
 }
 
 #[derive(LogicBlock)]
@@ -173,15 +186,19 @@ pub struct AttentionUnit {
     router: Router,
     reduce: Reduce,
     lane: [AttnLane; 8],
+    /// The scores' `x attn_scale` (its own lane, so that the update's chunks never wait for a score).
+    slane: AttnLane,
     recip: AttnRecip,
-    /// Query heads (even heads in `qbuf0`, odd in `qbuf1`, `head_dim / 16` lines each), the position's K and V
-    /// lines, the outputs (`head_dim / 8` lines of 8 FP32 per head), `(c, p)`, `l` and `recip(l)` per head.
+    /// Query heads (even heads in `qbuf0`, odd in `qbuf1`, `head_dim / 16` lines each), the K and V rings
+    /// (the K and V lines of the positions in flight, [`RING_LINES`] each, position after position), the
+    /// outputs (`head_dim / 8` lines of 8 FP32 per head), `(c, p)` per head of 8 positions, `l` and `recip(l)`
+    /// per head.
     qbuf0: RAM<Bits<256>, 9>,
     qbuf1: RAM<Bits<256>, 9>,
-    kbuf: RAM<Bits<256>, 6>,
-    vbuf: RAM<Bits<256>, 6>,
+    kbuf: RAM<Bits<256>, 8>,
+    vbuf: RAM<Bits<256>, 8>,
     obuf: RAM<Bits<256>, 11>,
-    cp: RAM<Bits<64>, 4>,
+    cp: RAM<Bits<64>, 7>,
     lreg: RAM<Bits<32>, 4>,
     rreg: RAM<Bits<32>, 4>,
     /// The KV history buffer.
@@ -230,9 +247,6 @@ pub struct AttentionUnit {
     pres: DFF<Bits<256>>,
     pres_line: DFF<Bits<32>>,
     pres_valid: DFF<Bit>,
-    present: DFF<Bit>,
-    /// The position's history slot exists.
-    slot_r: DFF<Bit>,
     /// Score passes whose logits came out of the router.
     dpass: DFF<Bits<4>>,
     /// Requests and responses of the position's K/V lines; history reads.
@@ -265,6 +279,33 @@ pub struct AttentionUnit {
     u_upd: DFF<Bit>,
     lanes_busy: DFF<Bits<8>>,
     rwait: DFF<Bits<8>>,
+    /// The fetch engine (its position is `t`, its rows `krow`/`vrow`, its slot `hbase`).
+    fst: DFF<FetchState>,
+    /// Ring lines held by positions fetched (or being fetched) and not yet updated.
+    ring_used: DFF<Bits<9>>,
+    /// The response side: the position whose lines arrive, its first ring line, its history slot.
+    tr: DFF<Bits<32>>,
+    kw: DFF<Bits<8>>,
+    hb_r: DFF<Bits<HIST_LINE_BITS>>,
+    /// The score engine: its position, the position's first K line in the ring, cycles since it started
+    /// the position (a softmax row takes a score every `SOFTMAX_II` cycles).
+    ts: DFF<Bits<32>>,
+    ks: DFF<Bits<8>>,
+    s_busy: DFF<Bit>,
+    s_gap: DFF<Bits<8>>,
+    /// Scores out of the router: the first position's (the softmax restarts), and lane 1's first flag.
+    d_first: DFF<Bit>,
+    hold_first: DFF<Bit>,
+    /// Positions whose softmax outputs are all in `cp`.
+    sm_pos: DFF<Bits<32>>,
+    /// The update engine: its position, the position's first V line in the ring; the chunk read last cycle
+    /// is position 0's (the outputs start at 0).
+    tu: DFF<Bits<32>>,
+    vu: DFF<Bits<8>>,
+    u_busy: DFF<Bit>,
+    u_zero: DFF<Bit>,
+    /// Cycles since the update engine started its position.
+    u_gap: DFF<Bits<8>>,
 
     // ---- route
     is_route: DFF<Bit>,
@@ -319,6 +360,11 @@ pub struct AttentionUnit {
     ones32: Constant<Bits<32>>,
     u64_max: Constant<Bits<72>>,
     recip_wait: Constant<Bits<8>>,
+    sm_ii: Constant<Bits<8>>,
+    /// Cycles between the starts of two positions' updates: a chunk's result is written back (through
+    /// the read register, the lane and the write) before the next position reads that chunk.
+    u_seq: Constant<Bits<8>>,
+    ring_lines: Constant<Bits<9>>,
 
     // ---- combinational
     opc: Signal<Local, Bits<8>>,
@@ -380,6 +426,17 @@ pub struct AttentionUnit {
     ys: Signal<Local, Bits<256>>,
     y16s: Signal<Local, Bits<128>>,
     next_pos: Signal<Local, Bit>,
+    /// The fetch engine's and the response side's position is done; ring lines taken and given back.
+    f_adv: Signal<Local, Bit>,
+    r_adv: Signal<Local, Bit>,
+    ring_add: Signal<Local, Bit>,
+    ring_sub: Signal<Local, Bit>,
+    slot_r_ok: Signal<Local, Bit>,
+    s_go: Signal<Local, Bit>,
+    u_go: Signal<Local, Bit>,
+    /// The engine may go on with its next position at once, after its current one's last beat or chunk.
+    s_more: Signal<Local, Bit>,
+    u_more: Signal<Local, Bit>,
 }
 
 impl AttentionUnit {
@@ -429,6 +486,7 @@ impl AttentionUnit {
             router: Default::default(),
             reduce: Default::default(),
             lane: Default::default(),
+            slane: Default::default(),
             recip: Default::default(),
             qbuf0: Default::default(),
             qbuf1: Default::default(),
@@ -475,8 +533,6 @@ impl AttentionUnit {
             pres: Default::default(),
             pres_line: Default::default(),
             pres_valid: Default::default(),
-            present: Default::default(),
-            slot_r: Default::default(),
             dpass: Default::default(),
             rq: Default::default(),
             rs: Default::default(),
@@ -503,6 +559,23 @@ impl AttentionUnit {
             u_upd: Default::default(),
             lanes_busy: Default::default(),
             rwait: Default::default(),
+            fst: Default::default(),
+            ring_used: Default::default(),
+            tr: Default::default(),
+            kw: Default::default(),
+            hb_r: Default::default(),
+            ts: Default::default(),
+            ks: Default::default(),
+            s_busy: Default::default(),
+            s_gap: Default::default(),
+            d_first: Default::default(),
+            hold_first: Default::default(),
+            sm_pos: Default::default(),
+            tu: Default::default(),
+            vu: Default::default(),
+            u_busy: Default::default(),
+            u_zero: Default::default(),
+            u_gap: Default::default(),
             is_route: Default::default(),
             pd: Default::default(),
             mark: Default::default(),
@@ -551,6 +624,9 @@ impl AttentionUnit {
             ones32: k(0xFFFF_FFFF),
             u64_max: k(u64::MAX),
             recip_wait: k(lanes::attn_recip_latency() as u64 + 1),
+            sm_ii: k(crate::reduce::SOFTMAX_II as u64),
+            u_seq: k(lanes::attn_lane_latency() as u64 + 4),
+            ring_lines: k(RING_LINES as u64),
             opc: Default::default(),
             supported: Default::default(),
             is_attn: Default::default(),
@@ -608,6 +684,15 @@ impl AttentionUnit {
             ys: Default::default(),
             y16s: Default::default(),
             next_pos: Default::default(),
+            f_adv: Default::default(),
+            r_adv: Default::default(),
+            ring_add: Default::default(),
+            ring_sub: Default::default(),
+            slot_r_ok: Default::default(),
+            s_go: Default::default(),
+            u_go: Default::default(),
+            s_more: Default::default(),
+            u_more: Default::default(),
         }
     }
 }
@@ -618,10 +703,11 @@ impl Logic for AttentionUnit {
         dff_setup!(
             self, clock, state, pc, pos, ksrc, vsrc, kline, vline, hd, stride, scale, kvp, group, kvh, dst, qsrc, krow,
             vrow, mark_byte, li, second, trap_r, trap_code_r, trap_info_r, rd_total, wr_total, macs_total, hits_total,
-            outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, present, slot_r, dpass, rq, rs, qg, ql,
+            outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, dpass, rq, rs, qg, ql,
             qcap_v, qcap_g, qcap_l, pass, beat, qbase, sc_v, sc_beat, hold_v, hold_row, hold_score, smcnt, ug, ui,
             obase, u_v, u_chunk, u_half, u_upd, lanes_busy, rwait, is_route, pd, mark, mval, cols, rb0, rb1, ch_line, xcap_v,
-            xcap_l, sc_first, sc_last, skipped_total, misses_total
+            xcap_l, sc_first, sc_last, skipped_total, misses_total, fst, ring_used, tr, kw, hb_r, ts, ks, s_busy, s_gap,
+            d_first, hold_first, sm_pos, tu, vu, u_busy, u_zero, u_gap
         );
         self.router.clock.next = self.clock.val();
         self.router.reset.next = self.reset.val() | self.flush.val();
@@ -640,6 +726,7 @@ impl Logic for AttentionUnit {
         self.lane[5].clock.next = self.clock.val();
         self.lane[6].clock.next = self.clock.val();
         self.lane[7].clock.next = self.clock.val();
+        self.slane.clock.next = self.clock.val();
         self.qbuf0.read_clock.next = self.clock.val();
         self.qbuf0.write_clock.next = self.clock.val();
         self.qbuf1.read_clock.next = self.clock.val();
@@ -806,10 +893,10 @@ impl Logic for AttentionUnit {
         self.m_req.next = false;
         self.m_write.next = (self.state.q.val() == AttnState::LineWrite) | (self.state.q.val() == AttnState::Mark);
         self.m_addr.next = self.row_line.val().get_bits::<64>(0);
-        if self.state.q.val() == AttnState::PresReq {
+        if (self.state.q.val() == AttnState::PresReq) | (self.fst.q.val() == FetchState::PresReq) {
             self.m_addr.next = bit_cast::<64, 32>(self.kvp.q.val()) + bit_cast::<64, 32>(self.pres_need.val());
         }
-        if self.state.q.val() == AttnState::KvFetch {
+        if self.fst.q.val() == FetchState::Req {
             self.m_addr.next = self.kv_line.val().get_bits::<64>(0);
         }
         if self.state.q.val() == AttnState::RBias {
@@ -832,32 +919,38 @@ impl Logic for AttentionUnit {
         self.qbuf1.write_data.next = self.s_rdata.val();
         self.qbuf0.read_address.next = self.qbase.q.val() + bit_cast::<9, 8>(self.beat.q.val() >> 1);
         self.qbuf1.read_address.next = self.qbase.q.val() + bit_cast::<9, 8>(self.beat.q.val() >> 1);
+        // the rings: the score engine reads K at its position's lines, the update engine V at its; the
+        // response side writes the arriving position's (K's lines, then V's)
         self.beat_l.next = self.beat.q.val() >> 1;
-        self.kbuf.read_address.next = self.beat_l.val().get_bits::<6>(0);
+        self.kbuf.read_address.next = self.beat_l.val();
+        if self.state.q.val() == AttnState::Run {
+            self.kbuf.read_address.next = self.ks.q.val() + self.beat_l.val();
+        }
         self.kbuf.write_enable.next = false;
-        self.kbuf.write_address.next = self.rs.q.val().get_bits::<6>(0);
+        self.kbuf.write_address.next = self.kw.q.val() + self.rs.q.val();
         self.kbuf.write_data.next = self.m_rdata.val();
         self.ui_l.next = self.ui.q.val() >> 1;
-        self.vbuf.read_address.next = self.ui_l.val().get_bits::<6>(0);
+        self.vbuf.read_address.next = self.vu.q.val() + self.ui_l.val();
         self.vbuf.write_enable.next = false;
         self.rs_v.next = self.rs.q.val() - self.nl.val();
-        self.vbuf.write_address.next = self.rs_v.val().get_bits::<6>(0);
+        self.vbuf.write_address.next = self.kw.q.val() + self.rs_v.val();
         self.vbuf.write_data.next = self.m_rdata.val();
         self.hist_k.read_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rq.q.val());
         self.hist_v.read_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rq.q.val());
         self.hist_k.write_enable.next = false;
         self.hist_v.write_enable.next = false;
-        self.hist_k.write_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rs.q.val());
-        self.hist_v.write_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rs.q.val() - self.nl.val());
+        self.hist_k.write_address.next = self.hb_r.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rs.q.val());
+        self.hist_v.write_address.next = self.hb_r.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rs_v.val());
         self.hist_k.write_data.next = self.m_rdata.val();
         self.hist_v.write_data.next = self.m_rdata.val();
         self.obuf.read_address.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
         self.obuf.write_enable.next = false;
         self.obuf.write_address.next = 0.into();
         self.obuf.write_data.next = 0.into();
-        self.cp.read_address.next = self.ug.q.val();
+        // (c, p) of head h at position t: cp line 16 (t mod 8) + h
+        self.cp.read_address.next = (bit_cast::<7, 3>(self.tu.q.val().get_bits::<3>(0)) << 4) | bit_cast::<7, 4>(self.ug.q.val());
         self.cp.write_enable.next = false;
-        self.cp.write_address.next = self.reduce.sm_out_row.val();
+        self.cp.write_address.next = (bit_cast::<7, 3>(self.sm_pos.q.val().get_bits::<3>(0)) << 4) | bit_cast::<7, 4>(self.reduce.sm_out_row.val());
         self.cp.write_data.next = bit_cast::<64, 32>(self.reduce.sm_c.val()) | (bit_cast::<64, 32>(self.reduce.sm_p.val()) << 32);
         self.lreg.read_address.next = self.ug.q.val();
         self.lreg.write_enable.next = false;
@@ -869,15 +962,15 @@ impl Logic for AttentionUnit {
         self.rreg.write_data.next = self.recip.y.val();
         self.recip.x.next = self.lreg.read_data.val();
 
-        // ---- captures: the query lines (LoadQ), the history lines of an absent position (HistRead)
+        // ---- captures: the query lines (LoadQ), the history lines of an absent position (into the rings)
         self.qcap_v.d.next = false;
         if self.qcap_v.q.val() {
-            if self.state.q.val() == AttnState::HistRead {
+            if self.fst.q.val() == FetchState::Hist {
                 self.kbuf.write_enable.next = true;
-                self.kbuf.write_address.next = self.qcap_l.q.val().get_bits::<6>(0);
+                self.kbuf.write_address.next = self.kw.q.val() + self.qcap_l.q.val();
                 self.kbuf.write_data.next = self.hist_k.read_data.val();
                 self.vbuf.write_enable.next = true;
-                self.vbuf.write_address.next = self.qcap_l.q.val().get_bits::<6>(0);
+                self.vbuf.write_address.next = self.kw.q.val() + self.qcap_l.q.val();
                 self.vbuf.write_data.next = self.hist_v.read_data.val();
             } else {
                 self.qbuf0.write_enable.next = !self.qcap_g.q.val().get_bit(0);
@@ -889,7 +982,7 @@ impl Logic for AttentionUnit {
         self.xcap_v.d.next = false;
         if self.xcap_v.q.val() {
             self.kbuf.write_enable.next = true;
-            self.kbuf.write_address.next = self.xcap_l.q.val().get_bits::<6>(0);
+            self.kbuf.write_address.next = self.xcap_l.q.val();
             self.kbuf.write_data.next = self.s_rdata.val();
         }
 
@@ -916,18 +1009,55 @@ impl Logic for AttentionUnit {
         }
         self.sc_v.d.next = false;
 
-        // ---- the lanes: a score pair to scale, an update chunk or an output chunk read last cycle
+        // ---- the scale lane: a score pass's two logits out of the router (the second one the next cycle),
+        // tagged valid (15), the first position's (12), the head (3:0)
+        self.slane.sel.next = true;
+        self.slane.a.next = self.router.l0.val();
+        self.slane.b.next = self.scale.q.val();
+        self.slane.c.next = 0.into();
+        self.slane.d.next = 0.into();
+        self.slane.tag.next = 0.into();
+        self.hold_v.d.next = false;
+        if self.router.done.val() & !self.is_route.q.val() {
+            self.slane.tag.next = bits::<TAG_BITS>(0x8000) | (bit_cast::<TAG_BITS, 4>(self.dpass.q.val()) << 1);
+            if self.d_first.q.val() {
+                self.slane.tag.next = bits::<TAG_BITS>(0x9000) | (bit_cast::<TAG_BITS, 4>(self.dpass.q.val()) << 1);
+            }
+            // the pass's second head, when the group has it
+            if (bit_cast::<5, 4>(self.dpass.q.val()) << 1) + 1 < bit_cast::<5, 4>(self.group.q.val()) {
+                self.hold_v.d.next = true;
+                self.hold_row.d.next = (self.dpass.q.val() << 1) + 1;
+                self.hold_score.d.next = self.router.l1.val();
+                self.hold_first.d.next = self.d_first.q.val();
+            }
+            self.dpass.d.next = self.dpass.q.val() + 1;
+            if self.dpass.q.val() + 1 == self.npass.val() {
+                self.dpass.d.next = 0.into();
+                self.d_first.d.next = false;
+            }
+        }
+        if self.hold_v.q.val() {
+            self.slane.a.next = self.hold_score.q.val();
+            self.slane.tag.next = bits::<TAG_BITS>(0x8000) | bit_cast::<TAG_BITS, 4>(self.hold_row.q.val());
+            if self.hold_first.q.val() {
+                self.slane.tag.next = bits::<TAG_BITS>(0x9000) | bit_cast::<TAG_BITS, 4>(self.hold_row.q.val());
+            }
+        }
+        // scaled scores into the online softmax, one per cycle
+        self.reduce.sm_valid.next = self.slane.tag_o.val().get_bit(15);
+        self.reduce.sm_start.next = self.slane.tag_o.val().get_bit(12);
+        self.reduce.sm_row.next = self.slane.tag_o.val().get_bits::<4>(0);
+        self.reduce.score.next = self.slane.y.val();
+
+        // ---- the lanes: an update chunk or an output chunk read last cycle
         self.lane_go.next = false;
         self.lane_sel.next = true;
-        self.lane_a.next = bit_cast::<256, 32>(self.router.l0.val()) | (bit_cast::<256, 32>(self.router.l1.val()) << 32);
+        self.lane_a.next = 0.into();
         self.lane_b.next = self.scale.q.val();
         self.lane_c.next = 0.into();
         self.lane_d.next = 0.into();
-        // tag: valid (15), kind (14:13: 0 update, 1 score, 2 output), the row or the output line (12:0)
-        self.lane_tag.next = bits::<TAG_BITS>(0x8000) | bits::<TAG_BITS>(0x2000) | (bit_cast::<TAG_BITS, 4>(self.dpass.q.val()) << 1);
-        if self.router.done.val() & !self.is_route.q.val() {
-            self.lane_go.next = true;
-        }
+        // tag: valid (15), kind (14:13: 0 update, 2 output), the output line (12:0)
+        self.lane_tag.next = 0.into();
         if self.u_v.q.val() {
             self.lane_go.next = true;
             self.lane_a.next = self.obuf.read_data.val();
@@ -940,7 +1070,7 @@ impl Logic for AttentionUnit {
                 if self.u_half.q.val() {
                     self.lane_d.next = self.vbuf.read_data.val().get_bits::<128>(128);
                 }
-                if self.t.q.val() == 0 {
+                if self.u_zero.q.val() {
                     // the outputs start at 0
                     self.lane_a.next = 0.into();
                 }
@@ -999,13 +1129,6 @@ impl Logic for AttentionUnit {
         self.lane[7].tag.next = 0.into();
         if self.lane_go.val() {
             self.lane[0].tag.next = self.lane_tag.val();
-            // a score pass's second head, when the group has it
-            if self.router.done.val() & ((bit_cast::<5, 4>(self.dpass.q.val()) << 1) + 1 < bit_cast::<5, 4>(self.group.q.val())) {
-                self.lane[1].tag.next = self.lane_tag.val() + 1;
-            }
-        }
-        if self.router.done.val() & !self.is_route.q.val() {
-            self.dpass.d.next = self.dpass.q.val() + 1;
         }
 
         // ---- the lanes' results (lane 0's tag says what they are)
@@ -1028,24 +1151,7 @@ impl Logic for AttentionUnit {
             | (bit_cast::<128, 16>(self.lane[5].y16.val()) << 80)
             | (bit_cast::<128, 16>(self.lane[6].y16.val()) << 96)
             | (bit_cast::<128, 16>(self.lane[7].y16.val()) << 112);
-        // scores into the softmax (a pass's second one the next cycle)
-        self.reduce.sm_valid.next = false;
-        self.reduce.sm_start.next = self.t.q.val() == 0;
-        self.reduce.sm_row.next = self.out_addr.val().get_bits::<4>(0);
-        self.reduce.score.next = self.lane[0].y.val();
-        self.hold_v.d.next = false;
-        if self.hold_v.q.val() {
-            self.reduce.sm_valid.next = true;
-            self.reduce.sm_row.next = self.hold_row.q.val();
-            self.reduce.score.next = self.hold_score.q.val();
-        }
         if self.out_v.val() {
-            if self.out_kind.val() == 1 {
-                self.reduce.sm_valid.next = true;
-                self.hold_v.d.next = self.lane[1].tag_o.val().get_bit(15);
-                self.hold_row.d.next = self.lane[1].tag_o.val().get_bits::<4>(0);
-                self.hold_score.d.next = self.lane[1].y.val();
-            }
             if self.out_kind.val() == 0 {
                 self.obuf.write_enable.next = true;
                 self.obuf.write_address.next = self.out_addr.val().get_bits::<11>(0);
@@ -1059,9 +1165,15 @@ impl Logic for AttentionUnit {
             }
         }
         if self.reduce.sm_out.val() {
+            // a position's softmax outputs come in head order; after the group's last, the position's (c, p) are
+            // all in `cp`
             self.cp.write_enable.next = true;
             self.lreg.write_enable.next = true;
             self.smcnt.d.next = self.smcnt.q.val() + 1;
+            if self.smcnt.q.val() + 1 == bit_cast::<5, 4>(self.group.q.val()) {
+                self.smcnt.d.next = 0.into();
+                self.sm_pos.d.next = self.sm_pos.q.val() + 1;
+            }
         }
         if self.lane_go.val() & !self.out_v.val() {
             self.lanes_busy.d.next = self.lanes_busy.q.val() + 1;
@@ -1340,6 +1452,24 @@ impl Logic for AttentionUnit {
                 self.second.d.next = false;
                 self.qg.d.next = 0.into();
                 self.ql.d.next = 0.into();
+                // the engines start at position 0 with empty rings
+                self.ring_used.d.next = 0.into();
+                self.tr.d.next = 0.into();
+                self.kw.d.next = 0.into();
+                self.rs.d.next = 0.into();
+                self.hb_r.d.next = self.hb0.val().get_bits::<HIST_LINE_BITS>(0);
+                self.ts.d.next = 0.into();
+                self.ks.d.next = 0.into();
+                self.s_busy.d.next = false;
+                self.s_gap.d.next = 255.into();
+                self.dpass.d.next = 0.into();
+                self.d_first.d.next = true;
+                self.smcnt.d.next = 0.into();
+                self.sm_pos.d.next = 0.into();
+                self.tu.d.next = 0.into();
+                self.vu.d.next = 0.into();
+                self.u_busy.d.next = false;
+                self.u_gap.d.next = 255.into();
                 self.state.d.next = AttnState::LoadQ;
                 if self.scan.q.val() {
                     self.state.d.next = AttnState::PosStart;
@@ -1359,7 +1489,8 @@ impl Logic for AttentionUnit {
                         if self.kvp.q.val() != self.ones32.val() {
                             self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.pos.q.val());
                         }
-                        self.state.d.next = AttnState::PosStart;
+                        self.state.d.next = AttnState::Run;
+                        self.fst.d.next = FetchState::Pos;
                     }
                 }
             }
@@ -1387,128 +1518,34 @@ impl Logic for AttentionUnit {
                 }
             }
             AttnState::PosGo => {
-                self.present.d.next = self.is_present.val();
-                self.slot_r.d.next = self.slot_ok.val();
-                self.rq.d.next = 0.into();
-                self.rs.d.next = 0.into();
+                // the checks of position t: K's row then (second cycle) V's, or the history slot
                 self.progress.next = true;
-                if self.scan.q.val() {
-                    // the checks of position t: K's row then (second cycle) V's, or the history slot
-                    if self.is_present.val() {
-                        if self.mem_bad.val() {
-                            self.raise.next = true;
-                            self.raise_code.next = self.c_mem.val();
-                            self.raise_info.next = self.mem_first.val();
-                        } else if !self.second.q.val() {
-                            self.second.d.next = true;
-                        } else {
-                            self.next_pos.next = true;
-                        }
-                    } else if !self.slot_ok.val() {
+                if self.is_present.val() {
+                    if self.mem_bad.val() {
                         self.raise.next = true;
-                        self.raise_code.next = self.c_hist.val();
-                        self.raise_info.next = bit_cast::<64, 32>(self.t.q.val());
+                        self.raise_code.next = self.c_mem.val();
+                        self.raise_info.next = self.mem_first.val();
+                    } else if !self.second.q.val() {
+                        self.second.d.next = true;
                     } else {
                         self.next_pos.next = true;
                     }
-                } else if self.is_present.val() {
-                    self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.row_bytes.val() << 1);
-                    self.misses_total.d.next = self.misses_total.q.val() + 1;
-                    self.state.d.next = AttnState::KvFetch;
+                } else if !self.slot_ok.val() {
+                    self.raise.next = true;
+                    self.raise_code.next = self.c_hist.val();
+                    self.raise_info.next = bit_cast::<64, 32>(self.t.q.val());
                 } else {
-                    self.hits_total.d.next = self.hits_total.q.val() + 1;
-                    self.state.d.next = AttnState::HistRead;
-                }
-            }
-            AttnState::KvFetch => {
-                // K's lines then V's, any number in flight; each response to its buffer and history slot
-                if self.rq.q.val() < self.nbeat.val() {
-                    self.m_req.next = true;
-                    if self.m_req_ready.val() {
-                        self.rq.d.next = self.rq.q.val() + 1;
-                    }
-                }
-                if self.m_resp.val() {
-                    self.progress.next = true;
-                    self.rs.d.next = self.rs.q.val() + 1;
-                    if self.rs.q.val() < self.nl.val() {
-                        self.kbuf.write_enable.next = true;
-                        self.hist_k.write_enable.next = self.slot_r.q.val();
-                    } else {
-                        self.vbuf.write_enable.next = true;
-                        self.hist_v.write_enable.next = self.slot_r.q.val();
-                    }
-                    if self.rs.q.val() + 1 == self.nbeat.val() {
-                        self.state.d.next = AttnState::Score;
-                        self.pass.d.next = 0.into();
-                        self.beat.d.next = 0.into();
-                        self.qbase.d.next = 0.into();
-                        self.smcnt.d.next = 0.into();
-                        self.dpass.d.next = 0.into();
-                    }
-                }
-            }
-            AttnState::HistRead => {
-                // the slot's K and V lines, read now and captured next cycle
-                if self.rq.q.val() < self.nl.val() {
-                    self.qcap_v.d.next = true;
-                    self.qcap_l.d.next = self.rq.q.val();
-                    self.rq.d.next = self.rq.q.val() + 1;
-                }
-                if self.qcap_v.q.val() & (self.qcap_l.q.val() + 1 == self.nl.val()) {
-                    self.progress.next = true;
-                    self.state.d.next = AttnState::Score;
-                    self.pass.d.next = 0.into();
-                    self.beat.d.next = 0.into();
-                    self.qbase.d.next = 0.into();
-                    self.smcnt.d.next = 0.into();
-                    self.dpass.d.next = 0.into();
-                }
-            }
-            AttnState::Score => {
-                // beat `beat` of pass `pass` is read now and enters the router next cycle
-                self.sc_v.d.next = true;
-                self.sc_beat.d.next = self.beat.q.val();
-                self.beat.d.next = self.beat.q.val() + 1;
-                self.progress.next = true;
-                if self.beat.q.val() + 1 == self.nbeat.val() {
-                    self.beat.d.next = 0.into();
-                    self.pass.d.next = self.pass.q.val() + 1;
-                    self.qbase.d.next = self.qbase.q.val() + bit_cast::<9, 8>(self.nl.val());
-                    if self.pass.q.val() + 1 == self.npass.val() {
-                        self.state.d.next = AttnState::ScoreWait;
-                    }
-                }
-            }
-            AttnState::ScoreWait => {
-                if (bit_cast::<5, 4>(self.group.q.val()) == self.smcnt.q.val()) & !self.hold_v.q.val() {
-                    self.state.d.next = AttnState::Update;
-                    self.ug.d.next = 0.into();
-                    self.ui.d.next = 0.into();
-                    self.obase.d.next = 0.into();
-                }
-            }
-            AttnState::Update => {
-                // chunk ui of head ug is read now and enters the lanes next cycle
-                self.u_v.d.next = true;
-                self.u_upd.d.next = true;
-                self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
-                self.u_half.d.next = self.ui.q.val().get_bit(0);
-                self.ui.d.next = self.ui.q.val() + 1;
-                self.progress.next = true;
-                if self.ui.q.val() + 1 == self.nchunk.val() {
-                    self.ui.d.next = 0.into();
-                    self.ug.d.next = self.ug.q.val() + 1;
-                    self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nchunk.val());
-                    if self.ug.q.val() + 1 == self.group.q.val() {
-                        self.state.d.next = AttnState::UpdWait;
-                    }
-                }
-            }
-            AttnState::UpdWait => {
-                if (self.lanes_busy.q.val() == 0) & !self.u_v.q.val() {
-                    self.macs_total.d.next = self.macs_total.q.val() + bit_cast::<64, 32>(self.heads_bytes.val());
                     self.next_pos.next = true;
+                }
+            }
+            AttnState::Run => {
+                // the engines below; the end once every position is updated and the lanes are drained
+                if (self.tu.q.val() == self.pos.q.val()) & (self.lanes_busy.q.val() == 0) & !self.u_v.q.val() {
+                    self.progress.next = true;
+                    self.fst.d.next = FetchState::Idle;
+                    self.state.d.next = AttnState::Recip;
+                    self.ug.d.next = 0.into();
+                    self.rwait.d.next = 0.into();
                 }
             }
             AttnState::Recip => {
@@ -1555,7 +1592,7 @@ impl Logic for AttentionUnit {
             }
         }
 
-        // ---- the next position (scan or run), or the end of the positions
+        // ---- the trap scan's next position; after the last, no position traps: run them
         if self.next_pos.val() {
             self.t.d.next = self.t.q.val() + 1;
             self.krow.d.next = self.krow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
@@ -1564,16 +1601,220 @@ impl Logic for AttentionUnit {
             self.second.d.next = false;
             self.state.d.next = AttnState::PosStart;
             if self.t.q.val() + 1 == self.pos.q.val() {
-                if self.scan.q.val() {
-                    // no position traps: run them
-                    self.scan.d.next = false;
-                    self.state.d.next = AttnState::AChk5;
+                self.scan.d.next = false;
+                self.state.d.next = AttnState::AChk5;
+            }
+        }
+
+        // ---- attn, run: the fetch engine (position `t`) brings each position's K and V lines into the rings
+        // ahead of the score engine (position `ts`), which feeds the softmax ahead of the update engine
+        // (position `tu`). The fetch waits for room in the rings (positions fetched and not yet updated),
+        // the score engine for its position's lines and a free `(c, p)` slot (at most 7 positions ahead of
+        // the update: a score takes about 120 cycles to its softmax outputs), the update engine for its
+        // position's `(c, p)`.
+        self.f_adv.next = false;
+        self.r_adv.next = false;
+        self.ring_add.next = false;
+        self.ring_sub.next = false;
+        match self.fst.q.val() {
+            FetchState::Idle => {}
+            FetchState::Done => {}
+            FetchState::Pos => {
+                // a new presence line is read with nothing else in flight, so that its response is known
+                if self.t.q.val() == self.pos.q.val() {
+                    self.fst.d.next = FetchState::Done;
+                } else if (self.kvp.q.val() != self.ones32.val()) & !(self.pres_valid.q.val() & (self.pres_line.q.val() == self.pres_need.val())) {
+                    if self.outstanding.q.val() == 0 {
+                        self.fst.d.next = FetchState::PresReq;
+                    }
                 } else {
-                    self.state.d.next = AttnState::Recip;
-                    self.ug.d.next = 0.into();
-                    self.rwait.d.next = 0.into();
+                    self.fst.d.next = FetchState::Go;
                 }
             }
+            FetchState::PresReq => {
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.fst.d.next = FetchState::PresWait;
+                }
+            }
+            FetchState::PresWait => {
+                if self.m_resp.val() {
+                    self.pres.d.next = self.m_rdata.val();
+                    self.pres_line.d.next = self.pres_need.val();
+                    self.pres_valid.d.next = true;
+                    self.progress.next = true;
+                    self.fst.d.next = FetchState::Go;
+                }
+            }
+            FetchState::Go => {
+                if self.ring_used.q.val() + bit_cast::<9, 8>(self.nl.val()) <= self.ring_lines.val() {
+                    self.rq.d.next = 0.into();
+                    if self.is_present.val() {
+                        self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.row_bytes.val() << 1);
+                        self.misses_total.d.next = self.misses_total.q.val() + 1;
+                        self.ring_add.next = true;
+                        self.fst.d.next = FetchState::Req;
+                    } else if self.outstanding.q.val() == 0 {
+                        // the slot's lines go into the rings in position order: after every line in flight
+                        self.hits_total.d.next = self.hits_total.q.val() + 1;
+                        self.ring_add.next = true;
+                        self.fst.d.next = FetchState::Hist;
+                    }
+                }
+            }
+            FetchState::Req => {
+                // K's lines then V's, any number in flight
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.rq.d.next = self.rq.q.val() + 1;
+                    if self.rq.q.val() + 1 == self.nbeat.val() {
+                        self.f_adv.next = true;
+                    }
+                }
+            }
+            FetchState::Hist => {
+                // the slot's K and V lines, read now and written into the rings next cycle
+                if self.rq.q.val() < self.nl.val() {
+                    self.qcap_v.d.next = true;
+                    self.qcap_l.d.next = self.rq.q.val();
+                    self.rq.d.next = self.rq.q.val() + 1;
+                }
+                if self.qcap_v.q.val() & (self.qcap_l.q.val() + 1 == self.nl.val()) {
+                    self.progress.next = true;
+                    self.f_adv.next = true;
+                    self.r_adv.next = true;
+                }
+            }
+        }
+        if self.f_adv.val() {
+            self.t.d.next = self.t.q.val() + 1;
+            self.krow.d.next = self.krow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
+            self.vrow.d.next = self.vrow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
+            self.hbase.d.next = self.hbase.q.val() + self.hist_w16.val();
+            self.fst.d.next = FetchState::Pos;
+        }
+
+        // the response side: lines arrive in request order, K's then V's of position `tr`, into the rings and,
+        // when the position has a slot, into the history
+        self.slot_r_ok.next = (self.tr.q.val() < self.hist_slots.val()) & self.width_ok.q.val();
+        if (self.state.q.val() == AttnState::Run) & self.m_resp.val() & (self.fst.q.val() != FetchState::PresWait) {
+            self.progress.next = true;
+            self.rs.d.next = self.rs.q.val() + 1;
+            if self.rs.q.val() < self.nl.val() {
+                self.kbuf.write_enable.next = true;
+                self.hist_k.write_enable.next = self.slot_r_ok.val();
+            } else {
+                self.vbuf.write_enable.next = true;
+                self.hist_v.write_enable.next = self.slot_r_ok.val();
+            }
+            if self.rs.q.val() + 1 == self.nbeat.val() {
+                self.rs.d.next = 0.into();
+                self.r_adv.next = true;
+            }
+        }
+        if self.r_adv.val() {
+            self.tr.d.next = self.tr.q.val() + 1;
+            self.kw.d.next = self.kw.q.val() + self.nl.val();
+            self.hb_r.d.next = self.hb_r.q.val() + self.hist_w16.val();
+        }
+
+        // the score engine: beat `beat` of pass `pass` (two heads) is read now and enters the router next
+        // cycle; positions start at least `SOFTMAX_II` cycles apart (a softmax row's rate)
+        if self.s_gap.q.val() != 255 {
+            self.s_gap.d.next = self.s_gap.q.val() + 1;
+        }
+        self.s_go.next = (self.state.q.val() == AttnState::Run)
+            & !self.s_busy.q.val()
+            & (self.ts.q.val() != self.pos.q.val())
+            & (self.tr.q.val() > self.ts.q.val())
+            & (self.ts.q.val() < self.tu.q.val() + 8)
+            & (self.s_gap.q.val() >= self.sm_ii.val());
+        self.s_more.next = (self.ts.q.val() + 1 != self.pos.q.val())
+            & (self.tr.q.val() > self.ts.q.val() + 1)
+            & (self.ts.q.val() + 1 < self.tu.q.val() + 8)
+            & (self.s_gap.q.val() + 1 >= self.sm_ii.val());
+        if self.s_go.val() {
+            self.s_busy.d.next = true;
+            self.s_gap.d.next = 1.into();
+            self.pass.d.next = 0.into();
+            self.beat.d.next = 0.into();
+            self.qbase.d.next = 0.into();
+        }
+        if self.s_busy.q.val() {
+            self.sc_v.d.next = true;
+            self.sc_beat.d.next = self.beat.q.val();
+            self.beat.d.next = self.beat.q.val() + 1;
+            self.progress.next = true;
+            if self.beat.q.val() + 1 == self.nbeat.val() {
+                self.beat.d.next = 0.into();
+                self.pass.d.next = self.pass.q.val() + 1;
+                self.qbase.d.next = self.qbase.q.val() + bit_cast::<9, 8>(self.nl.val());
+                if self.pass.q.val() + 1 == self.npass.val() {
+                    self.s_busy.d.next = self.s_more.val();
+                    if self.s_more.val() {
+                        self.s_gap.d.next = 1.into();
+                    }
+                    self.pass.d.next = 0.into();
+                    self.qbase.d.next = 0.into();
+                    self.ts.d.next = self.ts.q.val() + 1;
+                    self.ks.d.next = self.ks.q.val() + self.nl.val();
+                }
+            }
+        }
+
+        // the update engine: chunk ui of head ug is read now and enters the lanes next cycle. The chunks
+        // come in the same order at every position, so positions that start `u_seq` cycles apart read each
+        // output chunk after the previous position wrote it.
+        if self.u_gap.q.val() != 255 {
+            self.u_gap.d.next = self.u_gap.q.val() + 1;
+        }
+        self.u_go.next = (self.state.q.val() == AttnState::Run)
+            & !self.u_busy.q.val()
+            & (self.tu.q.val() != self.pos.q.val())
+            & (self.sm_pos.q.val() > self.tu.q.val())
+            & (self.u_gap.q.val() >= self.u_seq.val());
+        self.u_more.next = (self.tu.q.val() + 1 != self.pos.q.val())
+            & (self.sm_pos.q.val() > self.tu.q.val() + 1)
+            & (self.u_gap.q.val() + 1 >= self.u_seq.val());
+        if self.u_go.val() {
+            self.u_gap.d.next = 1.into();
+            self.u_busy.d.next = true;
+            self.ug.d.next = 0.into();
+            self.ui.d.next = 0.into();
+            self.obase.d.next = 0.into();
+        }
+        if self.u_busy.q.val() {
+            self.u_v.d.next = true;
+            self.u_upd.d.next = true;
+            self.u_zero.d.next = self.tu.q.val() == 0;
+            self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
+            self.u_half.d.next = self.ui.q.val().get_bit(0);
+            self.ui.d.next = self.ui.q.val() + 1;
+            self.progress.next = true;
+            if self.ui.q.val() + 1 == self.nchunk.val() {
+                self.ui.d.next = 0.into();
+                self.ug.d.next = self.ug.q.val() + 1;
+                self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nchunk.val());
+                if self.ug.q.val() + 1 == self.group.q.val() {
+                    self.u_busy.d.next = self.u_more.val();
+                    if self.u_more.val() {
+                        self.u_gap.d.next = 1.into();
+                    }
+                    self.ug.d.next = 0.into();
+                    self.obase.d.next = 0.into();
+                    self.tu.d.next = self.tu.q.val() + 1;
+                    self.vu.d.next = self.vu.q.val() + self.nl.val();
+                    self.ring_sub.next = true;
+                    self.macs_total.d.next = self.macs_total.q.val() + bit_cast::<64, 32>(self.heads_bytes.val());
+                }
+            }
+        }
+        self.ring_used.d.next = self.ring_used.q.val();
+        if self.ring_add.val() & !self.ring_sub.val() {
+            self.ring_used.d.next = self.ring_used.q.val() + bit_cast::<9, 8>(self.nl.val());
+        }
+        if !self.ring_add.val() & self.ring_sub.val() {
+            self.ring_used.d.next = self.ring_used.q.val() - bit_cast::<9, 8>(self.nl.val());
         }
 
         if self.chk_spm.val() & (self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val()) {
@@ -1606,6 +1847,9 @@ impl Logic for AttentionUnit {
             self.u_v.d.next = false;
             self.sc_v.d.next = false;
             self.hold_v.d.next = false;
+            self.fst.d.next = FetchState::Idle;
+            self.s_busy.d.next = false;
+            self.u_busy.d.next = false;
         }
         if self.reset.val() {
             self.state.d.next = AttnState::Idle;

@@ -9,8 +9,12 @@
 //!   the decode shapes measured (one token), within a few percent for several tokens;
 //! - vector instructions: the unit's fixed depth plus one cycle per operand line read, and for `rmsnorm`
 //!   the inverse root per row;
-//! - `attn`: a fixed part plus, per position, the memory latency, the scores, the softmax and the update
-//!   in turn (the RTL does not overlap positions yet); `kvappend`, `route`;
+//! - `attn`: the first position's chain (the queries, the memory latency, the scores, the softmax, the
+//!   update, then `recip(l)` and the outputs per head), and one period per further position: the positions
+//!   stream through the unit's fetch, score and update engines, so a position costs its slowest engine
+//!   (for SmolLM2's group of 3 heads of 64, the update's 24 cycles). Assumes every position present (an
+//!   absent one that follows present ones waits for their lines, a memory latency, which the model
+//!   ignores); `kvappend`, `route`;
 //! - DMA: a read pays the memory latency once per row, then a line per cycle; a write a line per cycle;
 //! - the core: the program's first fetch, and 2 cycles per scalar instruction (what one costs on the RTL
 //!   with no unit working; behind a busy unit it hides, which the model ignores: scalar instructions are
@@ -67,10 +71,14 @@ mod rtl {
     pub const VECTOR_BASE: u64 = 198;
     /// `rmsnorm`: the inverse root of a row (its `rms_inv` through a lane) before the row streams.
     pub const RMS_INV: u64 = 191;
-    /// `attn`: checks, the queries, the final `recip(l)` and the outputs.
-    pub const ATTN_BASE: u64 = 199;
-    /// `attn` per position: the latency chain (presence, K/V fetch, router, softmax) ...
-    pub const ATTN_POSITION: u64 = 163;
+    /// `attn`: checks, the first position's memory latency and the depths of the router, the scale lane,
+    /// the softmax and the lanes.
+    pub const ATTN_BASE: u64 = 214;
+    /// `attn` per head: `recip(l)` (its 45 stages and the write).
+    pub const ATTN_RECIP: u64 = 46;
+    /// `attn`: the least cycles between two positions' updates (the lanes' depth and the output buffer's
+    /// read and write: a chunk is written back before the next position reads it).
+    pub const ATTN_UPDATE_GAP: u64 = 17;
     /// `kvappend`: checks and the presence byte, then a line per cycle.
     pub const KVAPPEND_BASE: u64 = 15;
     /// `route`: checks, the biases, the router's depth.
@@ -137,8 +145,15 @@ impl CostModel {
             Instr::Argmax { n, .. } => (VECTOR_BASE + u64::from(n).div_ceil(8), 0),
             Instr::Attn { group, .. } => {
                 let (g, hd) = (u64::from(group), u64::from(csr_head_dim));
-                // per position: the chain, the router's beats for each pair of heads, the update per head
-                (ATTN_BASE + w.positions * (ATTN_POSITION + hd / 4 + 5 * g.div_ceil(2) + g * (hd / 4 + 1)), 0)
+                let (pairs, lines) = (g.div_ceil(2), hd / 16);
+                // the first position in turn: the queries (g x lines), its K and V lines (2 lines), the
+                // router's beats per pair of heads (2 lines each), the update and the outputs per head
+                // (2 lines each), `recip(l)` per head
+                let first = ATTN_BASE + g * ATTN_RECIP + 2 * pairs + lines * (2 + 5 * g + 2 * pairs);
+                // then per position its slowest engine: the update (2 lines per head), the fetch (a cycle
+                // per line and two), the gap between updates
+                let period = (2 * g * lines).max(2 + 2 * lines).max(ATTN_UPDATE_GAP);
+                (if w.positions == 0 { 0 } else { first + (w.positions - 1) * period }, 0)
             }
             Instr::Kvappend { .. } => (KVAPPEND_BASE + w.mem_lines_written, 0),
             Instr::Route { cols, .. } => (ROUTE_BASE + u64::from(cols) / 4, 0),
