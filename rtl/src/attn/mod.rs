@@ -185,20 +185,21 @@ pub struct AttentionUnit {
     // ---- datapath
     router: Router,
     reduce: Reduce,
-    lane: [AttnLane; 8],
+    lane: [AttnLane; 16],
     /// The scores' `x attn_scale` (its own lane, so that the update's chunks never wait for a score).
     slane: AttnLane,
     recip: AttnRecip,
     /// Query heads (even heads in `qbuf0`, odd in `qbuf1`, `head_dim / 16` lines each), the K and V rings
     /// (the K and V lines of the positions in flight, [`RING_LINES`] each, position after position), the
-    /// outputs (`head_dim / 8` lines of 8 FP32 per head), `(c, p)` per head of 8 positions, `l` and `recip(l)`
+    /// outputs (`head_dim / 8` lines of 8 FP32 per head), `(c, p)` per head of 16 positions, `l` and `recip(l)`
     /// per head.
     qbuf0: RAM<Bits<256>, 9>,
     qbuf1: RAM<Bits<256>, 9>,
     kbuf: RAM<Bits<256>, 8>,
     vbuf: RAM<Bits<256>, 8>,
-    obuf: RAM<Bits<256>, 11>,
-    cp: RAM<Bits<64>, 7>,
+    obuf_e: RAM<Bits<256>, 10>,
+    obuf_o: RAM<Bits<256>, 10>,
+    cp: RAM<Bits<64>, 8>,
     lreg: RAM<Bits<32>, 4>,
     rreg: RAM<Bits<32>, 4>,
     /// The KV history buffer.
@@ -361,8 +362,9 @@ pub struct AttentionUnit {
     u64_max: Constant<Bits<72>>,
     recip_wait: Constant<Bits<8>>,
     sm_ii: Constant<Bits<8>>,
-    /// Cycles between the starts of two positions' updates: a chunk's result is written back (through
-    /// the read register, the lane and the write) before the next position reads that chunk.
+    /// Cycles between two positions' first update reads: a pair read at cycle `c` enters the lanes at `c + 1`
+    /// and is written back at the end of `c + latency + 1`, so the next position reads it at `c + latency + 2`
+    /// at the earliest (a read at the write's edge sees the old line).
     u_seq: Constant<Bits<8>>,
     ring_lines: Constant<Bits<9>>,
 
@@ -407,7 +409,6 @@ pub struct AttentionUnit {
     kv_line: Signal<Local, Bits<72>>,
     qwa: Signal<Local, Bits<32>>,
     beat_l: Signal<Local, Bits<8>>,
-    ui_l: Signal<Local, Bits<8>>,
     rs_v: Signal<Local, Bits<8>>,
     hb0: Signal<Local, Bits<32>>,
     npass: Signal<Local, Bits<4>>,
@@ -418,12 +419,15 @@ pub struct AttentionUnit {
     lane_b: Signal<Local, Bits<32>>,
     lane_c: Signal<Local, Bits<32>>,
     lane_tag: Signal<Local, Bits<TAG_BITS>>,
-    lane_a: Signal<Local, Bits<256>>,
-    lane_d: Signal<Local, Bits<128>>,
+    lane_a: Signal<Local, Bits<512>>,
+    lane_d: Signal<Local, Bits<256>>,
     out_v: Signal<Local, Bit>,
     out_kind: Signal<Local, Bits<2>>,
     out_addr: Signal<Local, Bits<13>>,
     ys: Signal<Local, Bits<256>>,
+    ys_hi: Signal<Local, Bits<256>>,
+    /// The output buffers' read line (a pair of chunks; at the outputs, the chunk's pair).
+    o_rd: Signal<Local, Bits<11>>,
     y16s: Signal<Local, Bits<128>>,
     next_pos: Signal<Local, Bit>,
     /// The fetch engine's and the response side's position is done; ring lines taken and given back.
@@ -492,7 +496,8 @@ impl AttentionUnit {
             qbuf1: Default::default(),
             kbuf: Default::default(),
             vbuf: Default::default(),
-            obuf: Default::default(),
+            obuf_e: Default::default(),
+            obuf_o: Default::default(),
             cp: Default::default(),
             lreg: Default::default(),
             rreg: Default::default(),
@@ -625,7 +630,7 @@ impl AttentionUnit {
             u64_max: k(u64::MAX),
             recip_wait: k(lanes::attn_recip_latency() as u64 + 1),
             sm_ii: k(crate::reduce::SOFTMAX_II as u64),
-            u_seq: k(lanes::attn_lane_latency() as u64 + 4),
+            u_seq: k(lanes::attn_lane_latency() as u64 + 2),
             ring_lines: k(RING_LINES as u64),
             opc: Default::default(),
             supported: Default::default(),
@@ -665,7 +670,6 @@ impl AttentionUnit {
             kv_line: Default::default(),
             qwa: Default::default(),
             beat_l: Default::default(),
-            ui_l: Default::default(),
             rs_v: Default::default(),
             hb0: Default::default(),
             npass: Default::default(),
@@ -682,6 +686,8 @@ impl AttentionUnit {
             out_kind: Default::default(),
             out_addr: Default::default(),
             ys: Default::default(),
+            ys_hi: Default::default(),
+            o_rd: Default::default(),
             y16s: Default::default(),
             next_pos: Default::default(),
             f_adv: Default::default(),
@@ -726,6 +732,14 @@ impl Logic for AttentionUnit {
         self.lane[5].clock.next = self.clock.val();
         self.lane[6].clock.next = self.clock.val();
         self.lane[7].clock.next = self.clock.val();
+        self.lane[8].clock.next = self.clock.val();
+        self.lane[9].clock.next = self.clock.val();
+        self.lane[10].clock.next = self.clock.val();
+        self.lane[11].clock.next = self.clock.val();
+        self.lane[12].clock.next = self.clock.val();
+        self.lane[13].clock.next = self.clock.val();
+        self.lane[14].clock.next = self.clock.val();
+        self.lane[15].clock.next = self.clock.val();
         self.slane.clock.next = self.clock.val();
         self.qbuf0.read_clock.next = self.clock.val();
         self.qbuf0.write_clock.next = self.clock.val();
@@ -735,8 +749,10 @@ impl Logic for AttentionUnit {
         self.kbuf.write_clock.next = self.clock.val();
         self.vbuf.read_clock.next = self.clock.val();
         self.vbuf.write_clock.next = self.clock.val();
-        self.obuf.read_clock.next = self.clock.val();
-        self.obuf.write_clock.next = self.clock.val();
+        self.obuf_e.read_clock.next = self.clock.val();
+        self.obuf_e.write_clock.next = self.clock.val();
+        self.obuf_o.read_clock.next = self.clock.val();
+        self.obuf_o.write_clock.next = self.clock.val();
         self.cp.read_clock.next = self.clock.val();
         self.cp.write_clock.next = self.clock.val();
         self.lreg.read_clock.next = self.clock.val();
@@ -929,8 +945,7 @@ impl Logic for AttentionUnit {
         self.kbuf.write_enable.next = false;
         self.kbuf.write_address.next = self.kw.q.val() + self.rs.q.val();
         self.kbuf.write_data.next = self.m_rdata.val();
-        self.ui_l.next = self.ui.q.val() >> 1;
-        self.vbuf.read_address.next = self.vu.q.val() + self.ui_l.val();
+        self.vbuf.read_address.next = self.vu.q.val() + self.ui.q.val();
         self.vbuf.write_enable.next = false;
         self.rs_v.next = self.rs.q.val() - self.nl.val();
         self.vbuf.write_address.next = self.kw.q.val() + self.rs_v.val();
@@ -943,14 +958,24 @@ impl Logic for AttentionUnit {
         self.hist_v.write_address.next = self.hb_r.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rs_v.val());
         self.hist_k.write_data.next = self.m_rdata.val();
         self.hist_v.write_data.next = self.m_rdata.val();
-        self.obuf.read_address.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
-        self.obuf.write_enable.next = false;
-        self.obuf.write_address.next = 0.into();
-        self.obuf.write_data.next = 0.into();
-        // (c, p) of head h at position t: cp line 16 (t mod 8) + h
-        self.cp.read_address.next = (bit_cast::<7, 3>(self.tu.q.val().get_bits::<3>(0)) << 4) | bit_cast::<7, 4>(self.ug.q.val());
+        // the outputs: chunk c (8 FP32) of the heads in line c / 2 of the even or the odd buffer; an update
+        // reads and writes a pair a cycle, the outputs a chunk
+        self.o_rd.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
+        if self.state.q.val() == AttnState::Out {
+            self.o_rd.next = (self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val())) >> 1;
+        }
+        self.obuf_e.read_address.next = self.o_rd.val().get_bits::<10>(0);
+        self.obuf_o.read_address.next = self.o_rd.val().get_bits::<10>(0);
+        self.obuf_e.write_enable.next = false;
+        self.obuf_e.write_address.next = 0.into();
+        self.obuf_e.write_data.next = 0.into();
+        self.obuf_o.write_enable.next = false;
+        self.obuf_o.write_address.next = 0.into();
+        self.obuf_o.write_data.next = 0.into();
+        // (c, p) of head h at position t: cp line 16 (t mod 16) + h
+        self.cp.read_address.next = (bit_cast::<8, 4>(self.tu.q.val().get_bits::<4>(0)) << 4) | bit_cast::<8, 4>(self.ug.q.val());
         self.cp.write_enable.next = false;
-        self.cp.write_address.next = (bit_cast::<7, 3>(self.sm_pos.q.val().get_bits::<3>(0)) << 4) | bit_cast::<7, 4>(self.reduce.sm_out_row.val());
+        self.cp.write_address.next = (bit_cast::<8, 4>(self.sm_pos.q.val().get_bits::<4>(0)) << 4) | bit_cast::<8, 4>(self.reduce.sm_out_row.val());
         self.cp.write_data.next = bit_cast::<64, 32>(self.reduce.sm_c.val()) | (bit_cast::<64, 32>(self.reduce.sm_p.val()) << 32);
         self.lreg.read_address.next = self.ug.q.val();
         self.lreg.write_enable.next = false;
@@ -1060,21 +1085,24 @@ impl Logic for AttentionUnit {
         self.lane_tag.next = 0.into();
         if self.u_v.q.val() {
             self.lane_go.next = true;
-            self.lane_a.next = self.obuf.read_data.val();
             self.lane_tag.next = bits::<TAG_BITS>(0x8000) | bit_cast::<TAG_BITS, 11>(self.u_chunk.q.val());
             if self.u_upd.q.val() {
+                // a pair of chunks: lanes 0-7 the even one (V's line's first 8 values), 8-15 the odd one
                 self.lane_sel.next = false;
+                self.lane_a.next = bit_cast::<512, 256>(self.obuf_e.read_data.val()) | (bit_cast::<512, 256>(self.obuf_o.read_data.val()) << 256);
                 self.lane_b.next = self.cp.read_data.val().get_bits::<32>(0);
                 self.lane_c.next = self.cp.read_data.val().get_bits::<32>(32);
-                self.lane_d.next = self.vbuf.read_data.val().get_bits::<128>(0);
-                if self.u_half.q.val() {
-                    self.lane_d.next = self.vbuf.read_data.val().get_bits::<128>(128);
-                }
+                self.lane_d.next = self.vbuf.read_data.val();
                 if self.u_zero.q.val() {
                     // the outputs start at 0
                     self.lane_a.next = 0.into();
                 }
             } else {
+                // one chunk, on lanes 0-7
+                self.lane_a.next = bit_cast::<512, 256>(self.obuf_e.read_data.val());
+                if self.u_half.q.val() {
+                    self.lane_a.next = bit_cast::<512, 256>(self.obuf_o.read_data.val());
+                }
                 self.lane_b.next = self.rreg.read_data.val();
                 self.lane_tag.next = bits::<TAG_BITS>(0xC000) | bit_cast::<TAG_BITS, 11>(self.u_chunk.q.val());
             }
@@ -1087,6 +1115,14 @@ impl Logic for AttentionUnit {
         self.lane[5].sel.next = self.lane_sel.val();
         self.lane[6].sel.next = self.lane_sel.val();
         self.lane[7].sel.next = self.lane_sel.val();
+        self.lane[8].sel.next = self.lane_sel.val();
+        self.lane[9].sel.next = self.lane_sel.val();
+        self.lane[10].sel.next = self.lane_sel.val();
+        self.lane[11].sel.next = self.lane_sel.val();
+        self.lane[12].sel.next = self.lane_sel.val();
+        self.lane[13].sel.next = self.lane_sel.val();
+        self.lane[14].sel.next = self.lane_sel.val();
+        self.lane[15].sel.next = self.lane_sel.val();
         self.lane[0].a.next = self.lane_a.val().get_bits::<32>(0);
         self.lane[1].a.next = self.lane_a.val().get_bits::<32>(32);
         self.lane[2].a.next = self.lane_a.val().get_bits::<32>(64);
@@ -1095,6 +1131,14 @@ impl Logic for AttentionUnit {
         self.lane[5].a.next = self.lane_a.val().get_bits::<32>(160);
         self.lane[6].a.next = self.lane_a.val().get_bits::<32>(192);
         self.lane[7].a.next = self.lane_a.val().get_bits::<32>(224);
+        self.lane[8].a.next = self.lane_a.val().get_bits::<32>(256);
+        self.lane[9].a.next = self.lane_a.val().get_bits::<32>(288);
+        self.lane[10].a.next = self.lane_a.val().get_bits::<32>(320);
+        self.lane[11].a.next = self.lane_a.val().get_bits::<32>(352);
+        self.lane[12].a.next = self.lane_a.val().get_bits::<32>(384);
+        self.lane[13].a.next = self.lane_a.val().get_bits::<32>(416);
+        self.lane[14].a.next = self.lane_a.val().get_bits::<32>(448);
+        self.lane[15].a.next = self.lane_a.val().get_bits::<32>(480);
         self.lane[0].b.next = self.lane_b.val();
         self.lane[1].b.next = self.lane_b.val();
         self.lane[2].b.next = self.lane_b.val();
@@ -1103,6 +1147,14 @@ impl Logic for AttentionUnit {
         self.lane[5].b.next = self.lane_b.val();
         self.lane[6].b.next = self.lane_b.val();
         self.lane[7].b.next = self.lane_b.val();
+        self.lane[8].b.next = self.lane_b.val();
+        self.lane[9].b.next = self.lane_b.val();
+        self.lane[10].b.next = self.lane_b.val();
+        self.lane[11].b.next = self.lane_b.val();
+        self.lane[12].b.next = self.lane_b.val();
+        self.lane[13].b.next = self.lane_b.val();
+        self.lane[14].b.next = self.lane_b.val();
+        self.lane[15].b.next = self.lane_b.val();
         self.lane[0].c.next = self.lane_c.val();
         self.lane[1].c.next = self.lane_c.val();
         self.lane[2].c.next = self.lane_c.val();
@@ -1111,6 +1163,14 @@ impl Logic for AttentionUnit {
         self.lane[5].c.next = self.lane_c.val();
         self.lane[6].c.next = self.lane_c.val();
         self.lane[7].c.next = self.lane_c.val();
+        self.lane[8].c.next = self.lane_c.val();
+        self.lane[9].c.next = self.lane_c.val();
+        self.lane[10].c.next = self.lane_c.val();
+        self.lane[11].c.next = self.lane_c.val();
+        self.lane[12].c.next = self.lane_c.val();
+        self.lane[13].c.next = self.lane_c.val();
+        self.lane[14].c.next = self.lane_c.val();
+        self.lane[15].c.next = self.lane_c.val();
         self.lane[0].d.next = self.lane_d.val().get_bits::<16>(0);
         self.lane[1].d.next = self.lane_d.val().get_bits::<16>(16);
         self.lane[2].d.next = self.lane_d.val().get_bits::<16>(32);
@@ -1119,6 +1179,14 @@ impl Logic for AttentionUnit {
         self.lane[5].d.next = self.lane_d.val().get_bits::<16>(80);
         self.lane[6].d.next = self.lane_d.val().get_bits::<16>(96);
         self.lane[7].d.next = self.lane_d.val().get_bits::<16>(112);
+        self.lane[8].d.next = self.lane_d.val().get_bits::<16>(128);
+        self.lane[9].d.next = self.lane_d.val().get_bits::<16>(144);
+        self.lane[10].d.next = self.lane_d.val().get_bits::<16>(160);
+        self.lane[11].d.next = self.lane_d.val().get_bits::<16>(176);
+        self.lane[12].d.next = self.lane_d.val().get_bits::<16>(192);
+        self.lane[13].d.next = self.lane_d.val().get_bits::<16>(208);
+        self.lane[14].d.next = self.lane_d.val().get_bits::<16>(224);
+        self.lane[15].d.next = self.lane_d.val().get_bits::<16>(240);
         self.lane[0].tag.next = 0.into();
         self.lane[1].tag.next = 0.into();
         self.lane[2].tag.next = 0.into();
@@ -1127,6 +1195,14 @@ impl Logic for AttentionUnit {
         self.lane[5].tag.next = 0.into();
         self.lane[6].tag.next = 0.into();
         self.lane[7].tag.next = 0.into();
+        self.lane[8].tag.next = 0.into();
+        self.lane[9].tag.next = 0.into();
+        self.lane[10].tag.next = 0.into();
+        self.lane[11].tag.next = 0.into();
+        self.lane[12].tag.next = 0.into();
+        self.lane[13].tag.next = 0.into();
+        self.lane[14].tag.next = 0.into();
+        self.lane[15].tag.next = 0.into();
         if self.lane_go.val() {
             self.lane[0].tag.next = self.lane_tag.val();
         }
@@ -1143,6 +1219,14 @@ impl Logic for AttentionUnit {
             | (bit_cast::<256, 32>(self.lane[5].y.val()) << 160)
             | (bit_cast::<256, 32>(self.lane[6].y.val()) << 192)
             | (bit_cast::<256, 32>(self.lane[7].y.val()) << 224);
+        self.ys_hi.next = bit_cast::<256, 32>(self.lane[8].y.val())
+            | (bit_cast::<256, 32>(self.lane[9].y.val()) << 32)
+            | (bit_cast::<256, 32>(self.lane[10].y.val()) << 64)
+            | (bit_cast::<256, 32>(self.lane[11].y.val()) << 96)
+            | (bit_cast::<256, 32>(self.lane[12].y.val()) << 128)
+            | (bit_cast::<256, 32>(self.lane[13].y.val()) << 160)
+            | (bit_cast::<256, 32>(self.lane[14].y.val()) << 192)
+            | (bit_cast::<256, 32>(self.lane[15].y.val()) << 224);
         self.y16s.next = bit_cast::<128, 16>(self.lane[0].y16.val())
             | (bit_cast::<128, 16>(self.lane[1].y16.val()) << 16)
             | (bit_cast::<128, 16>(self.lane[2].y16.val()) << 32)
@@ -1153,9 +1237,12 @@ impl Logic for AttentionUnit {
             | (bit_cast::<128, 16>(self.lane[7].y16.val()) << 112);
         if self.out_v.val() {
             if self.out_kind.val() == 0 {
-                self.obuf.write_enable.next = true;
-                self.obuf.write_address.next = self.out_addr.val().get_bits::<11>(0);
-                self.obuf.write_data.next = self.ys.val();
+                self.obuf_e.write_enable.next = true;
+                self.obuf_e.write_address.next = self.out_addr.val().get_bits::<10>(0);
+                self.obuf_e.write_data.next = self.ys.val();
+                self.obuf_o.write_enable.next = true;
+                self.obuf_o.write_address.next = self.out_addr.val().get_bits::<10>(0);
+                self.obuf_o.write_data.next = self.ys_hi.val();
             }
             if self.out_kind.val() == 2 {
                 // output line c of the heads: 8 FP16 at scratchpad word dst + 4c
@@ -1565,9 +1652,11 @@ impl Logic for AttentionUnit {
                 }
             }
             AttnState::Out => {
+                // chunk `obase + ui` of the heads (ui's parity: its buffer)
                 self.u_v.d.next = true;
                 self.u_upd.d.next = false;
                 self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
+                self.u_half.d.next = self.ui.q.val().get_bit(0);
                 self.ui.d.next = self.ui.q.val() + 1;
                 self.progress.next = true;
                 if self.ui.q.val() + 1 == self.nchunk.val() {
@@ -1609,8 +1698,8 @@ impl Logic for AttentionUnit {
         // ---- attn, run: the fetch engine (position `t`) brings each position's K and V lines into the rings
         // ahead of the score engine (position `ts`), which feeds the softmax ahead of the update engine
         // (position `tu`). The fetch waits for room in the rings (positions fetched and not yet updated),
-        // the score engine for its position's lines and a free `(c, p)` slot (at most 7 positions ahead of
-        // the update: a score takes about 120 cycles to its softmax outputs), the update engine for its
+        // the score engine for its position's lines and a free `(c, p)` slot (at most 15 positions ahead of
+        // the update: a score takes about 120 cycles to its softmax outputs, 8 positions of SmolLM2's), the update engine for its
         // position's `(c, p)`.
         self.f_adv.next = false;
         self.r_adv.next = false;
@@ -1719,7 +1808,8 @@ impl Logic for AttentionUnit {
         }
 
         // the score engine: beat `beat` of pass `pass` (two heads) is read now and enters the router next
-        // cycle; positions start at least `SOFTMAX_II` cycles apart (a softmax row's rate)
+        // cycle; positions start at least `SOFTMAX_II` cycles apart (a softmax row's rate). `s_gap` is 1 at a
+        // position's first beat, so at a cycle it is the spacing of a position whose first beat is next.
         if self.s_gap.q.val() != 255 {
             self.s_gap.d.next = self.s_gap.q.val() + 1;
         }
@@ -1727,12 +1817,12 @@ impl Logic for AttentionUnit {
             & !self.s_busy.q.val()
             & (self.ts.q.val() != self.pos.q.val())
             & (self.tr.q.val() > self.ts.q.val())
-            & (self.ts.q.val() < self.tu.q.val() + 8)
+            & (self.ts.q.val() < self.tu.q.val() + 16)
             & (self.s_gap.q.val() >= self.sm_ii.val());
         self.s_more.next = (self.ts.q.val() + 1 != self.pos.q.val())
             & (self.tr.q.val() > self.ts.q.val() + 1)
-            & (self.ts.q.val() + 1 < self.tu.q.val() + 8)
-            & (self.s_gap.q.val() + 1 >= self.sm_ii.val());
+            & (self.ts.q.val() + 1 < self.tu.q.val() + 16)
+            & (self.s_gap.q.val() >= self.sm_ii.val());
         if self.s_go.val() {
             self.s_busy.d.next = true;
             self.s_gap.d.next = 1.into();
@@ -1775,7 +1865,7 @@ impl Logic for AttentionUnit {
             & (self.u_gap.q.val() >= self.u_seq.val());
         self.u_more.next = (self.tu.q.val() + 1 != self.pos.q.val())
             & (self.sm_pos.q.val() > self.tu.q.val() + 1)
-            & (self.u_gap.q.val() + 1 >= self.u_seq.val());
+            & (self.u_gap.q.val() >= self.u_seq.val());
         if self.u_go.val() {
             self.u_gap.d.next = 1.into();
             self.u_busy.d.next = true;
@@ -1784,17 +1874,17 @@ impl Logic for AttentionUnit {
             self.obase.d.next = 0.into();
         }
         if self.u_busy.q.val() {
+            // pair ui (V's line ui) of head ug: output lines `obase + ui` of both buffers
             self.u_v.d.next = true;
             self.u_upd.d.next = true;
             self.u_zero.d.next = self.tu.q.val() == 0;
             self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
-            self.u_half.d.next = self.ui.q.val().get_bit(0);
             self.ui.d.next = self.ui.q.val() + 1;
             self.progress.next = true;
-            if self.ui.q.val() + 1 == self.nchunk.val() {
+            if self.ui.q.val() + 1 == self.nl.val() {
                 self.ui.d.next = 0.into();
                 self.ug.d.next = self.ug.q.val() + 1;
-                self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nchunk.val());
+                self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nl.val());
                 if self.ug.q.val() + 1 == self.group.q.val() {
                     self.u_busy.d.next = self.u_more.val();
                     if self.u_more.val() {

@@ -12,7 +12,7 @@
 //! - `attn`: the first position's chain (the queries, the memory latency, the scores, the softmax, the
 //!   update, then `recip(l)` and the outputs per head), and one period per further position: the positions
 //!   stream through the unit's fetch, score and update engines, so a position costs its slowest engine
-//!   (for SmolLM2's group of 3 heads of 64, the update's 24 cycles). Assumes every position present (an
+//!   (for SmolLM2's group of 3 heads of 64, the scores' 16 cycles). Assumes every position present (an
 //!   absent one that follows present ones waits for their lines, a memory latency, which the model
 //!   ignores); `kvappend`, `route`;
 //! - DMA: a read pays the memory latency once per row, then a line per cycle; a write a line per cycle;
@@ -78,7 +78,9 @@ mod rtl {
     pub const ATTN_RECIP: u64 = 46;
     /// `attn`: the least cycles between two positions' updates (the lanes' depth and the output buffer's
     /// read and write: a chunk is written back before the next position reads it).
-    pub const ATTN_UPDATE_GAP: u64 = 17;
+    pub const ATTN_UPDATE_GAP: u64 = 15;
+    /// `attn`: the least cycles between two positions' scores (a softmax row takes a score every 10).
+    pub const ATTN_SCORE_GAP: u64 = 10;
     /// `kvappend`: checks and the presence byte, then a line per cycle.
     pub const KVAPPEND_BASE: u64 = 15;
     /// `route`: checks, the biases, the router's depth.
@@ -146,13 +148,14 @@ impl CostModel {
             Instr::Attn { group, .. } => {
                 let (g, hd) = (u64::from(group), u64::from(csr_head_dim));
                 let (pairs, lines) = (g.div_ceil(2), hd / 16);
-                // the first position in turn: the queries (g x lines), its K and V lines (2 lines), the
-                // router's beats per pair of heads (2 lines each), the update and the outputs per head
-                // (2 lines each), `recip(l)` per head
-                let first = ATTN_BASE + g * ATTN_RECIP + 2 * pairs + lines * (2 + 5 * g + 2 * pairs);
-                // then per position its slowest engine: the update (2 lines per head), the fetch (a cycle
-                // per line and two), the gap between updates
-                let period = (2 * g * lines).max(2 + 2 * lines).max(ATTN_UPDATE_GAP);
+                // the first position in turn: the queries (a cycle per line and head), its K and V lines
+                // (2 per line), the router's beats (2 per line and pair of heads), the update (a line per
+                // head and cycle), `recip(l)` per head, the outputs (2 per line and head)
+                let first = ATTN_BASE + g * ATTN_RECIP + 2 * pairs + lines * (2 + 4 * g + 2 * pairs);
+                // then per position its slowest engine: the scores (2 beats per line and pair), the update
+                // (a line per head), the fetch (a cycle per line and two), and the gaps the softmax and the
+                // output buffer need
+                let period = (2 * pairs * lines).max(g * lines).max(2 + 2 * lines).max(ATTN_UPDATE_GAP).max(ATTN_SCORE_GAP);
                 (if w.positions == 0 { 0 } else { first + (w.positions - 1) * period }, 0)
             }
             Instr::Kvappend { .. } => (KVAPPEND_BASE + w.mem_lines_written, 0),
