@@ -10,21 +10,27 @@
 //! positions are scanned in order, reading the presence bytes, and the first failing one traps
 //! (`MEM_OUT_OF_RANGE` with the first faulting byte, or `HISTORY_OVERFLOW` with the position).
 //!
-//! Then the query heads are read into two buffers (even and odd heads), and per position `t` in order:
+//! Then the query heads are read into two buffers (even and odd heads), and the positions stream through
+//! three engines that run at once, each on its own position:
 //!
-//! 1. its presence byte (a line of 32 presence bytes is read from device memory when `t` enters it);
-//! 2. **fresh or history**: a present position's K and V lines are requested from device memory (any number
-//!    in flight) and, as they arrive, go to the K and V buffers and, when the slot exists, into history slot
-//!    `t` at offset `kvh x head_dim`; an absent one's lines are read from that slot (`KV_HISTORY_HITS`);
-//! 3. **scores**: the router's datapath takes K against two query heads at a time, 8 columns per cycle
-//!    (`dot_f16`, exact, rounded to FP32), and a lane multiplies by `attn_scale`;
-//! 4. **online softmax**: the reduction unit's state per head gives `c`, `p` (and `l`);
-//! 5. **output update**: 8 lanes compute `o c + p v` (`axpby`) over the head's `head_dim` FP32 outputs, kept
-//!    in an output buffer (0 before position 0).
+//! 1. **fetch** (`t`, [`FetchState`]): the presence byte (a line of 32 presence bytes is read from device
+//!    memory when `t` enters it, with nothing else in flight); then **fresh or history**: a present
+//!    position's K and V lines are requested from device memory (any number in flight, position after
+//!    position) and, as they arrive (the response side, `tr`), go into the K and V rings and, when the slot
+//!    exists, into history slot `t` at offset `kvh x head_dim`; an absent one's lines are copied from that
+//!    slot into the rings once the lines in flight have arrived (`KV_HISTORY_HITS`). The fetch waits for
+//!    room in the rings ([`RING_LINES`] each; the positions not yet updated hold theirs);
+//! 2. **scores** (`ts`, once its lines are in): the router's datapath takes K against two query heads at a
+//!    time, 8 columns per cycle (`dot_f16`, exact, rounded to FP32), the scale lane multiplies by
+//!    `attn_scale`, and the reduction unit's online-softmax state per head gives `c`, `p` (and `l`) into a
+//!    buffer of 16 positions' `(c, p)`; positions start at least `SOFTMAX_II` cycles apart;
+//! 3. **update** (`tu`, once its `(c, p)` are out): 16 lanes compute `o c + p v` (`axpby`) over a line of V
+//!    (two chunks of 8 FP32 outputs, in the even and odd output buffers; 0 before position 0) per cycle.
+//!    Positions start at least `u_seq` cycles apart, so that a chunk is written back before the next
+//!    position reads it.
 //!
-//! At the end `recip(l)` per head, and the lanes compute `o x recip(l)` rounded to FP16 into the scratchpad.
-//! The positions follow each other (a position's fetch waits for the previous one's update): correct first;
-//! overlapping the fetch and scores of the next positions with the softmax and update is the next step.
+//! At the end `recip(l)` per head, and lanes 0-7 compute `o x recip(l)` rounded to FP16 into the scratchpad,
+//! a chunk per cycle.
 //!
 //! **`kvappend`** stores one KV head's K and V rows of position `P = r[pos]` from the scratchpad to device
 //! memory (`32 (k + P kv_stride)`, `head_dim` FP16 each: whole lines, since `head_dim` is a multiple of 16)
@@ -191,8 +197,8 @@ pub struct AttentionUnit {
     recip: AttnRecip,
     /// Query heads (even heads in `qbuf0`, odd in `qbuf1`, `head_dim / 16` lines each), the K and V rings
     /// (the K and V lines of the positions in flight, [`RING_LINES`] each, position after position), the
-    /// outputs (`head_dim / 8` lines of 8 FP32 per head), `(c, p)` per head of 16 positions, `l` and `recip(l)`
-    /// per head.
+    /// outputs (chunks of 8 FP32, `head_dim / 8` per head: even chunks in `obuf_e`, odd in `obuf_o`),
+    /// `(c, p)` per head of 16 positions, `l` and `recip(l)` per head.
     qbuf0: RAM<Bits<256>, 9>,
     qbuf1: RAM<Bits<256>, 9>,
     kbuf: RAM<Bits<256>, 8>,
