@@ -408,6 +408,8 @@ pub struct AttentionUnit {
     row_line: Signal<Local, Bits<72>>,
     heads_bytes: Signal<Local, Bits<32>>,
     pres_need: Signal<Local, Bits<32>>,
+    /// Position `t`'s presence line is not the one held (the scan and the fetch read it first).
+    pres_stale: Signal<Local, Bit>,
     pres_byte: Signal<Local, Bits<8>>,
     is_present: Signal<Local, Bit>,
     slot_ok: Signal<Local, Bit>,
@@ -669,6 +671,7 @@ impl AttentionUnit {
             row_line: Default::default(),
             heads_bytes: Default::default(),
             pres_need: Default::default(),
+            pres_stale: Default::default(),
             pres_byte: Default::default(),
             is_present: Default::default(),
             slot_ok: Default::default(),
@@ -869,6 +872,8 @@ impl Logic for AttentionUnit {
 
         // ---- the position: its presence byte, its history slot
         self.pres_need.next = self.t.q.val() >> 5;
+        self.pres_stale.next =
+            (self.kvp.q.val() != self.ones32.val()) & !(self.pres_valid.q.val() & (self.pres_line.q.val() == self.pres_need.val()));
         self.pres_sh.next = self.pres.q.val() >> (bit_cast::<9, 5>(self.t.q.val().get_bits::<5>(0)) << 3);
         self.pres_byte.next = self.pres_sh.val().get_bits::<8>(0);
         self.is_present.next = (self.kvp.q.val() == self.ones32.val()) | (self.pres_byte.val() != 0);
@@ -1591,7 +1596,7 @@ impl Logic for AttentionUnit {
             AttnState::PosStart => {
                 self.state.d.next = AttnState::PosGo;
                 self.second.d.next = false;
-                if (self.kvp.q.val() != self.ones32.val()) & !(self.pres_valid.q.val() & (self.pres_line.q.val() == self.pres_need.val())) {
+                if self.pres_stale.val() {
                     self.state.d.next = AttnState::PresReq;
                 }
             }
@@ -1602,11 +1607,8 @@ impl Logic for AttentionUnit {
                 }
             }
             AttnState::PresWait => {
+                // the line is taken below
                 if self.m_resp.val() {
-                    self.pres.d.next = self.m_rdata.val();
-                    self.pres_line.d.next = self.pres_need.val();
-                    self.pres_valid.d.next = true;
-                    self.progress.next = true;
                     self.state.d.next = AttnState::PosGo;
                 }
             }
@@ -1687,12 +1689,9 @@ impl Logic for AttentionUnit {
             }
         }
 
-        // ---- the trap scan's next position; after the last, no position traps: run them
+        // ---- the trap scan's next position; after the last, no position traps: run them (the position's
+        // rows and slot move on with the fetch's, below)
         if self.next_pos.val() {
-            self.t.d.next = self.t.q.val() + 1;
-            self.krow.d.next = self.krow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
-            self.vrow.d.next = self.vrow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
-            self.hbase.d.next = self.hbase.q.val() + self.hist_w16.val();
             self.second.d.next = false;
             self.state.d.next = AttnState::PosStart;
             if self.t.q.val() + 1 == self.pos.q.val() {
@@ -1718,7 +1717,7 @@ impl Logic for AttentionUnit {
                 // a new presence line is read with nothing else in flight, so that its response is known
                 if self.t.q.val() == self.pos.q.val() {
                     self.fst.d.next = FetchState::Done;
-                } else if (self.kvp.q.val() != self.ones32.val()) & !(self.pres_valid.q.val() & (self.pres_line.q.val() == self.pres_need.val())) {
+                } else if self.pres_stale.val() {
                     if self.outstanding.q.val() == 0 {
                         self.fst.d.next = FetchState::PresReq;
                     }
@@ -1733,11 +1732,8 @@ impl Logic for AttentionUnit {
                 }
             }
             FetchState::PresWait => {
+                // the line is taken below
                 if self.m_resp.val() {
-                    self.pres.d.next = self.m_rdata.val();
-                    self.pres_line.d.next = self.pres_need.val();
-                    self.pres_valid.d.next = true;
-                    self.progress.next = true;
                     self.fst.d.next = FetchState::Go;
                 }
             }
@@ -1782,11 +1778,21 @@ impl Logic for AttentionUnit {
             }
         }
         if self.f_adv.val() {
+            self.fst.d.next = FetchState::Pos;
+        }
+        // the next position of the scan or of the fetch: its rows, its history slot; and the presence line
+        // either read
+        if self.next_pos.val() | self.f_adv.val() {
             self.t.d.next = self.t.q.val() + 1;
             self.krow.d.next = self.krow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
             self.vrow.d.next = self.vrow.q.val() + bit_cast::<72, 32>(self.stride.q.val());
             self.hbase.d.next = self.hbase.q.val() + self.hist_w16.val();
-            self.fst.d.next = FetchState::Pos;
+        }
+        if ((self.state.q.val() == AttnState::PresWait) | (self.fst.q.val() == FetchState::PresWait)) & self.m_resp.val() {
+            self.pres.d.next = self.m_rdata.val();
+            self.pres_line.d.next = self.pres_need.val();
+            self.pres_valid.d.next = true;
+            self.progress.next = true;
         }
 
         // the response side: lines arrive in request order, K's then V's of position `tr`, into the rings and,
