@@ -194,7 +194,9 @@ enum RtlCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Synthesize a unit with yosys (synth_xilinx -family xcup) and print its resources and packing factor.
+    /// Synthesize a unit with yosys (synth_xilinx -family xcup) and print its resources, packing factor and a
+    /// timing estimate. `--unit top` synthesizes the whole overlay module by module (each module mapped once,
+    /// counted per instance) against the xcu280's capacity.
     Synth {
         #[arg(long, default_value = "sim")]
         config: String,
@@ -710,8 +712,20 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
         RtlCommand::Synth { config, unit, json } => {
             let cfg = OverlayConfig::from_name_or_path(&config)?;
             let dir = std::env::temp_dir().join(format!("opu-synth-{}-{unit}", std::process::id()));
-            let r = opu_rtl::synth::synthesize_for(&unit, &cfg, &dir)?;
+            if unit == "top" {
+                let r = opu_rtl::synth::synthesize_design(&unit, &cfg, &dir);
+                let _ = std::fs::remove_dir_all(&dir);
+                let r = r?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&r)?);
+                } else {
+                    print_design_report(&r);
+                }
+                return Ok(());
+            }
+            let r = opu_rtl::synth::synthesize_for(&unit, &cfg, &dir);
             let _ = std::fs::remove_dir_all(&dir);
+            let r = r?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -720,10 +734,46 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
                 let p = &r.packing_factor;
                 let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
                 println!("  packing factor (products / cycle / DSP48E2): w4 {}  w4_min {}  w8 {}  fp16 {}", f(p.w4), f(p.w4_min), f(p.w8), f(p.fp16));
+                if let Some(w) = &r.worst_path {
+                    let budget = 1e3 / f64::from(cfg.core_clock_mhz.max(1));
+                    println!("  worst path (estimate, docs/rtl.md \"Timing\"): {}, budget {budget:.2} ns at {} MHz", describe_path(w), cfg.core_clock_mhz);
+                }
             }
         }
     }
     Ok(())
+}
+
+/// `4.06 ns (6 LUT, 9 CARRY4, 6 MUXF): a -> b`
+fn describe_path(p: &opu_rtl::synth::timing::PathReport) -> String {
+    format!("{:.2} ns ({} LUT, {} CARRY4, {} MUXF): {} -> {}", p.delay_ns, p.luts, p.carries, p.muxes, p.from, p.to)
+}
+
+fn print_design_report(r: &opu_rtl::synth::DesignReport) {
+    let pct = |v: f64| format!("{:.1}%", 100.0 * v);
+    println!("{} ({}) for overlay `{}`: {}", r.unit, r.top, r.config, r.method);
+    println!("  (FF: upper bounds, yosys keeps the DSP48E2's registers in fabric; LUT counts shift registers and LUT RAM)");
+    println!("{:<34} {:>5} {:>10} {:>10} {:>7} {:>7} {:>6}  worst path (ns)", "part", "inst", "LUT", "FF", "DSP48E2", "BRAM18", "URAM");
+    let row = |name: &str, inst: String, x: &opu_rtl::synth::Resources, path: String| {
+        println!("{name:<34} {inst:>5} {:>10} {:>10} {:>7} {:>7} {:>6}  {path}", x.lut, x.ff, x.dsp48e2, x.bram, x.uram);
+    };
+    for p in &r.parts {
+        let path = p.worst_path.as_ref().map_or(String::new(), |w| format!("{:.2}", w.delay_ns));
+        row(&p.module, p.instances.to_string(), &p.resources, path);
+    }
+    row("total", String::new(), &r.total, String::new());
+    let d = &r.device;
+    println!("{:<34} {:>5} {:>10} {:>10} {:>7} {:>7} {:>6}", d.part, "", d.lut, d.ff, d.dsp48e2, d.bram, d.uram);
+    let u = &r.utilization;
+    println!("{:<34} {:>5} {:>10} {:>10} {:>7} {:>7} {:>6}", "utilization", "", pct(u.lut), pct(u.ff), pct(u.dsp48e2), pct(u.bram), pct(u.uram));
+    println!(
+        "timing estimate (docs/rtl.md \"Timing\"; not STA): budget {:.2} ns at {} MHz; the worst paths, one per module:",
+        r.budget_ns, r.core_clock_mhz
+    );
+    for w in &r.worst_paths {
+        let flag = if w.delay_ns > r.budget_ns { "  OVER" } else { "" };
+        println!("  {:<40} {}{flag}", w.module, describe_path(w));
+    }
 }
 
 fn inspect(input: &Path, json: bool) -> Result<()> {

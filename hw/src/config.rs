@@ -100,13 +100,15 @@ impl OverlayConfig {
     /// 5 bits per weight at 2560 bytes per cycle, so the array is just faster than the memory: decode stays
     /// bandwidth-bound. At 2 W4 products per DSP48E2 the array needs 2048 of the card's 9024 DSPs. The
     /// history buffer (4096 tokens x 256 x K,V x FP16 = 4 MiB) and the 4 MiB scratchpad fit its 34 MB URAM.
+    /// Eight vector lanes, as at `sim`: the scratchpad's line port feeds the vector unit 8 FP32 values per
+    /// cycle, and a lane is about 23k LUTs (64 of them would not fit beside the PE array).
     pub fn u280() -> Self {
         OverlayConfig {
             name: "u280".into(),
             pe_lanes: 128,
             dot_width: 32,
             act_mantissa_bits: 16,
-            vector_lanes: 64,
+            vector_lanes: 8,
             max_batch: 64,
             scratchpad_bytes: 4 << 20,
             weight_fifo_bytes: 1 << 20,

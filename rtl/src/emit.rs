@@ -64,7 +64,7 @@ pub const UNITS: &[(&str, &str, &str)] = &[
     (
         "vector",
         "opu_vector",
-        "one vector lane (the overlay has vector_lanes): element-wise ops, exp/rsqrt/recip/sigmoid/SiLU, RMSNorm, RoPE, axpby; one element per cycle",
+        "one vector lane (the vector unit has 8, `vector_lanes`): element-wise ops, exp/rsqrt/recip/sigmoid/SiLU, RMSNorm, RoPE, axpby; one element per cycle",
     ),
     (
         "reduce",
@@ -193,6 +193,19 @@ fn check_lane_config(unit: &str, cfg: &OverlayConfig) -> Result<(), EmitError> {
     Ok(())
 }
 
+/// The vector unit has [`crate::vecunit::VEC_LANES`] lanes at every config: a line of FP32 per cycle, what
+/// the scratchpad's line port delivers.
+fn check_vector_config(unit: &str, cfg: &OverlayConfig) -> Result<(), EmitError> {
+    if cfg.vector_lanes as usize != crate::vecunit::VEC_LANES {
+        return Err(EmitError::Unsupported {
+            unit: unit.into(),
+            config: cfg.name.clone(),
+            what: format!("vector_lanes is {}; the RTL's vector unit has {}", cfg.vector_lanes, crate::vecunit::VEC_LANES),
+        });
+    }
+    Ok(())
+}
+
 /// The Verilog of unit `unit` (see [`UNITS`]) for overlay `cfg`, its top module named `opu_<unit>`.
 pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitError> {
     let (_, top, _) = UNITS
@@ -223,10 +236,14 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
             check_lane_config(unit, cfg)?;
             checked_verilog(&crate::matrix::matrix_top(cfg)?)?
         }
-        "vector_unit" => checked_verilog(&crate::vecunit::vecunit_top(cfg)?)?,
+        "vector_unit" => {
+            check_vector_config(unit, cfg)?;
+            checked_verilog(&crate::vecunit::vecunit_top(cfg)?)?
+        }
         "attention" => checked_verilog(&crate::attn::attn_top(cfg)?)?,
         "top" => {
             check_lane_config(unit, cfg)?;
+            check_vector_config(unit, cfg)?;
             crate::top::top_verilog(cfg)?
         }
         "round" => checked_verilog(&crate::round::round_top())?,
@@ -244,4 +261,19 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
 /// The top module name of `unit`.
 pub fn top_name(unit: &str) -> Option<&'static str> {
     UNITS.iter().find(|u| u.0 == unit).map(|u| u.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_the_rtl_does_not_build_is_refused_naming_the_field() {
+        let mut cfg = OverlayConfig::u280();
+        cfg.vector_lanes = 64;
+        for unit in ["vector_unit", "top"] {
+            let e = emit_verilog_for(unit, &cfg).unwrap_err().to_string();
+            assert!(e.contains("vector_lanes is 64") && e.contains("u280"), "{e}");
+        }
+    }
 }

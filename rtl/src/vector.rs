@@ -3,7 +3,7 @@
 //!
 //! Inputs per cycle: an op code ([`LaneOp`]) and four FP32 operands `a b c d`; outputs `y0 y1` (FP32 bits),
 //! [`vector_latency`] register stages later, whatever the op: ops can change every cycle. The overlay puts
-//! `vector_lanes` (a config field) of these side by side; the unit `vector` is one lane.
+//! 8 of these side by side (`vecunit::VEC_LANES`, the config's `vector_lanes`); the unit `vector` is one lane.
 //!
 //! Every arithmetic step is one pipelined IEEE binary32 operator of [`crate::fp32`] (no fused multiply-add),
 //! in the order the numerics write it; the integer steps of the approximations (range checks, exponent

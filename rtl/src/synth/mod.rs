@@ -1,0 +1,376 @@
+//! Resource figures from yosys (`opu rtl synth`): `synth_xilinx -family xcup` (UltraScale+, the U280's
+//! family) on a unit's Verilog, then `stat -json`, summed into LUT / FF / DSP48E2 / BRAM / URAM / carry
+//! counts.
+//!
+//! yosys keeps pipeline registers and accumulators out of the DSP48E2 on xcup, so its FF (and some LUT)
+//! counts are upper bounds of what Vivado would report.
+
+pub mod timing;
+
+use crate::emit::{emit_verilog_for, top_name, EmitError};
+use opu_hw::config::OverlayConfig;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// Products per cycle per DSP48E2 of a unit, by weight mode (absent: the unit has no such mode).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PackingFactor {
+    pub w4: Option<f64>,
+    pub w4_min: Option<f64>,
+    pub w8: Option<f64>,
+    pub fp16: Option<f64>,
+}
+
+/// What yosys mapped a unit to.
+#[derive(Clone, Debug, Serialize)]
+pub struct SynthReport {
+    /// The overlay config the unit was built for.
+    pub config: String,
+    pub unit: String,
+    pub top: String,
+    /// LUTs, those of shift registers and LUT RAMs included (as Vivado's "CLB LUTs" counts them).
+    pub lut: u64,
+    pub ff: u64,
+    pub dsp48e2: u64,
+    /// RAMB18E2 equivalents (a RAMB36E2 counts 2).
+    pub bram: u64,
+    pub uram: u64,
+    pub carry: u64,
+    pub packing_factor: PackingFactor,
+    /// The longest path between registers by the estimate of [`timing`].
+    pub worst_path: Option<timing::PathReport>,
+    /// Every cell type yosys used, with its count.
+    pub cells: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error(transparent)]
+    Emit(#[from] EmitError),
+    #[error("cannot run yosys ({0}): install it (Debian package `yosys`)")]
+    NoYosys(std::io::Error),
+    #[error("yosys failed on `{unit}`: {stderr}")]
+    Yosys { unit: String, stderr: String },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("yosys statistics of `{unit}`: {what}")]
+    Stat { unit: String, what: String },
+}
+
+/// Products per cycle the unit computes, by mode (what its packing is designed to deliver).
+fn products_per_cycle(unit: &str, cfg: &OverlayConfig) -> PackingFactor {
+    match unit {
+        "dsp_w4x2" | "dsp_w4x2_p" | "dsp_acc_w4x2" => PackingFactor { w4_min: Some(2.0), ..Default::default() },
+        "dsp_w4x3" => PackingFactor { w4_min: Some(3.0), ..Default::default() },
+        // per cycle: 32 W4 products (2 rows x 16 columns) or 16 W8 products
+        "lane" => {
+            let w4 = (crate::lane::PACKING_W4 * crate::lane::LANE_DSPS) as f64;
+            let w8 = (crate::lane::PACKING_W8 * crate::lane::LANE_DSPS) as f64;
+            PackingFactor { w4: Some(w4), w4_min: Some(w4), w8: Some(w8), fp16: None }
+        }
+        "router" => PackingFactor { fp16: Some(crate::router::ROUTER_DSPS as f64), ..Default::default() },
+        "array" => {
+            let lanes = products_per_cycle("lane", cfg);
+            let n = f64::from(cfg.pe_lanes);
+            PackingFactor { w4: lanes.w4.map(|p| p * n), w4_min: lanes.w4_min.map(|p| p * n), w8: lanes.w8.map(|p| p * n), fp16: None }
+        }
+        _ => PackingFactor::default(),
+    }
+}
+
+/// Synthesizes `unit` of the `sim` preset in `workdir` (Verilog and JSON are left there for inspection).
+pub fn synthesize(unit: &str, workdir: &Path) -> Result<SynthReport, SynthError> {
+    synthesize_for(unit, &OverlayConfig::sim(), workdir)
+}
+
+/// Synthesizes `unit` as built for overlay `cfg` in `workdir`.
+pub fn synthesize_for(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<SynthReport, SynthError> {
+    let verilog = emit_verilog_for(unit, cfg)?;
+    let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
+    std::fs::create_dir_all(workdir)?;
+    let (v, j, n) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.json")), workdir.join(format!("{top}.net.json")));
+    std::fs::write(&v, verilog)?;
+    let script = format!(
+        "read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json; write_json {}",
+        v.display(),
+        j.display(),
+        n.display()
+    );
+    let out = Command::new("yosys").args(["-q", "-p", &script]).output().map_err(SynthError::NoYosys)?;
+    if !out.status.success() {
+        return Err(SynthError::Yosys { unit: unit.into(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
+    }
+    let stat: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j)?)
+        .map_err(|e| SynthError::Stat { unit: unit.into(), what: e.to_string() })?;
+    let by_type = stat["design"]["num_cells_by_type"]
+        .as_object()
+        .ok_or_else(|| SynthError::Stat { unit: unit.into(), what: "no design.num_cells_by_type".into() })?;
+    let cells: BTreeMap<String, u64> = by_type.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect();
+    let netlist: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&n)?)
+        .map_err(|e| SynthError::Stat { unit: unit.into(), what: e.to_string() })?;
+    let worst_path = timing::worst_paths(&netlist).map_err(|what| SynthError::Stat { unit: unit.into(), what })?.into_iter().next();
+    let r = Resources::of_cells(cells.iter().map(|(k, n)| (k.as_str(), *n)));
+    let dsp48e2 = r.dsp48e2;
+    let mut packing_factor = products_per_cycle(unit, cfg);
+    for f in [&mut packing_factor.w4, &mut packing_factor.w4_min, &mut packing_factor.w8, &mut packing_factor.fp16] {
+        *f = f.map(|p| if dsp48e2 == 0 { 0.0 } else { p / dsp48e2 as f64 });
+    }
+    Ok(SynthReport {
+        config: cfg.name.clone(),
+        unit: unit.into(),
+        top: top.into(),
+        lut: r.lut,
+        ff: r.ff,
+        dsp48e2,
+        bram: r.bram,
+        uram: r.uram,
+        carry: r.carry,
+        packing_factor,
+        worst_path,
+        cells,
+    })
+}
+
+/// What an FPGA offers.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Capacity {
+    pub part: &'static str,
+    pub lut: u64,
+    pub ff: u64,
+    pub dsp48e2: u64,
+    /// RAMB18E2 equivalents.
+    pub bram: u64,
+    pub uram: u64,
+}
+
+/// The Alveo U280's FPGA (XCU280, Virtex UltraScale+ HBM; AMD DS963): CLB LUTs, CLB flip-flops, DSP slices,
+/// 2,016 RAMB36 (4,032 RAMB18), 960 UltraRAM.
+pub const XCU280: Capacity = Capacity { part: "xcu280", lut: 1_303_680, ff: 2_607_360, dsp48e2: 9_024, bram: 4_032, uram: 960 };
+
+/// Mapped resources.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Resources {
+    pub lut: u64,
+    pub ff: u64,
+    pub dsp48e2: u64,
+    /// RAMB18E2 equivalents (a RAMB36E2 counts 2).
+    pub bram: u64,
+    pub uram: u64,
+    pub carry: u64,
+}
+
+impl Resources {
+    /// The resources of yosys cell counts by type (cells of other types, submodules among them, add nothing).
+    pub fn of_cells<'a>(cells: impl IntoIterator<Item = (&'a str, u64)>) -> Self {
+        let mut r = Resources::default();
+        for (k, n) in cells {
+            match k {
+                _ if k.starts_with("LUT") => r.lut += n,
+                // LUTRAM and shift registers take LUTs (a RAM64M: 4; counted as the LUTs they use)
+                _ if k.starts_with("SRL") => r.lut += n,
+                "RAM32M" | "RAM64M" | "RAM32M16" | "RAM64M8" => r.lut += n * if k.ends_with('8') || k.ends_with("16") { 8 } else { 4 },
+                _ if k.starts_with("RAM32X1") || k.starts_with("RAM64X1") => r.lut += n * if k.ends_with('D') { 2 } else { 1 },
+                _ if k.starts_with("FD") => r.ff += n,
+                "DSP48E2" => r.dsp48e2 += n,
+                "RAMB18E2" => r.bram += n,
+                "RAMB36E2" => r.bram += 2 * n,
+                "URAM288" => r.uram += n,
+                _ if k.starts_with("CARRY") => r.carry += n,
+                _ => {}
+            }
+        }
+        r
+    }
+
+    fn add(&mut self, o: &Resources, times: u64) {
+        self.lut += o.lut * times;
+        self.ff += o.ff * times;
+        self.dsp48e2 += o.dsp48e2 * times;
+        self.bram += o.bram * times;
+        self.uram += o.uram * times;
+        self.carry += o.carry * times;
+    }
+
+    /// Shares of the device's capacity.
+    pub fn utilization(&self, c: &Capacity) -> Utilization {
+        let f = |a: u64, b: u64| a as f64 / b as f64;
+        Utilization { lut: f(self.lut, c.lut), ff: f(self.ff, c.ff), dsp48e2: f(self.dsp48e2, c.dsp48e2), bram: f(self.bram, c.bram), uram: f(self.uram, c.uram) }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Utilization {
+    pub lut: f64,
+    pub ff: f64,
+    pub dsp48e2: f64,
+    pub bram: f64,
+    pub uram: f64,
+}
+
+/// A child module of the design's top (a unit), its instances and what they hold together.
+#[derive(Clone, Debug, Serialize)]
+pub struct PartReport {
+    pub module: String,
+    pub instances: u64,
+    /// All instances with everything below them.
+    pub resources: Resources,
+    /// The worst path estimated in the part's modules ([`timing`]).
+    pub worst_path: Option<timing::PathReport>,
+}
+
+/// A design synthesized module by module (`synth_xilinx` without `-flatten`): each module is mapped once and
+/// counted as many times as it is instantiated, which is what makes the u280's 128 lanes tractable (one
+/// lane mapped, not 128). Modules are not optimized across their ports, so the figures are upper bounds of
+/// a flattened mapping.
+#[derive(Clone, Debug, Serialize)]
+pub struct DesignReport {
+    pub config: String,
+    pub unit: String,
+    pub top: String,
+    pub method: &'static str,
+    pub total: Resources,
+    pub device: Capacity,
+    pub utilization: Utilization,
+    /// The top's own cells, then its children, largest first (by LUTs).
+    pub parts: Vec<PartReport>,
+    pub core_clock_mhz: u32,
+    /// The clock period the paths must fit (ns).
+    pub budget_ns: f64,
+    /// The worst paths of the whole design, one per module, worst first (at most 12).
+    pub worst_paths: Vec<timing::PathReport>,
+}
+
+/// Synthesizes `unit` as built for `cfg` module by module in `workdir` and sums its resources by instance,
+/// against the xcu280, with a timing estimate per module.
+pub fn synthesize_design(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<DesignReport, SynthError> {
+    let verilog = emit_verilog_for(unit, cfg)?;
+    let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
+    std::fs::create_dir_all(workdir)?;
+    let (v, j, n) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.stat.json")), workdir.join(format!("{top}.net.json")));
+    std::fs::write(&v, verilog)?;
+    let script = format!(
+        "read_verilog {}; synth_xilinx -family xcup -top {top}; tee -q -o {} stat -json; write_json {}",
+        v.display(),
+        j.display(),
+        n.display()
+    );
+    let out = Command::new("yosys").args(["-q", "-p", &script]).output().map_err(SynthError::NoYosys)?;
+    if !out.status.success() {
+        return Err(SynthError::Yosys { unit: unit.into(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
+    }
+    let stat_err = |what: String| SynthError::Stat { unit: unit.into(), what };
+    let stat: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j)?).map_err(|e| stat_err(e.to_string()))?;
+    let netlist: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&n)?).map_err(|e| stat_err(e.to_string()))?;
+    let paths = timing::worst_paths(&netlist).map_err(stat_err)?;
+    design_report(unit, top, cfg, &stat, paths).map_err(stat_err)
+}
+
+/// The report of a design from yosys' per-module statistics and the modules' worst paths.
+fn design_report(unit: &str, top: &str, cfg: &OverlayConfig, stat: &serde_json::Value, paths: Vec<timing::PathReport>) -> Result<DesignReport, String> {
+    let strip = |s: &str| s.trim_start_matches('\\').to_string();
+    let mut modules: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+    for (name, m) in stat["modules"].as_object().ok_or("no `modules` in yosys' statistics")? {
+        let cells = m["num_cells_by_type"].as_object().ok_or_else(|| format!("module {name} has no num_cells_by_type"))?;
+        modules.insert(strip(name), cells.iter().map(|(k, v)| (strip(k), v.as_u64().unwrap_or(0))).collect());
+    }
+    if !modules.contains_key(top) {
+        return Err(format!("no module {top} in yosys' statistics"));
+    }
+    // each module's total, with everything below it (the hierarchy has no cycles: yosys refuses them)
+    fn total(m: &str, modules: &BTreeMap<String, Vec<(String, u64)>>, memo: &mut BTreeMap<String, Resources>) -> Resources {
+        if let Some(r) = memo.get(m) {
+            return r.clone();
+        }
+        let cells = &modules[m];
+        let mut r = Resources::of_cells(cells.iter().filter(|(k, _)| !modules.contains_key(k)).map(|(k, n)| (k.as_str(), *n)));
+        for (k, n) in cells.iter().filter(|(k, _)| modules.contains_key(k)) {
+            let sub = total(k, modules, memo);
+            r.add(&sub, *n);
+        }
+        memo.insert(m.to_string(), r.clone());
+        r
+    }
+    fn below(m: &str, modules: &BTreeMap<String, Vec<(String, u64)>>, acc: &mut std::collections::BTreeSet<String>) {
+        if acc.insert(m.to_string()) {
+            for (k, _) in &modules[m] {
+                if modules.contains_key(k) {
+                    below(k, modules, acc);
+                }
+            }
+        }
+    }
+    let mut memo = BTreeMap::new();
+    let worst_in = |ms: &std::collections::BTreeSet<String>| paths.iter().find(|p| ms.contains(&p.module)).cloned();
+    let top_cells = &modules[top];
+    let own = Resources::of_cells(top_cells.iter().filter(|(k, _)| !modules.contains_key(k)).map(|(k, n)| (k.as_str(), *n)));
+    let mut parts = vec![PartReport {
+        module: format!("{top} (its own cells)"),
+        instances: 1,
+        resources: own,
+        worst_path: paths.iter().find(|p| p.module == top).cloned(),
+    }];
+    let mut children: Vec<PartReport> = top_cells
+        .iter()
+        .filter(|(k, _)| modules.contains_key(k))
+        .map(|(k, n)| {
+            let mut r = Resources::default();
+            r.add(&total(k, &modules, &mut memo), *n);
+            let mut ms = std::collections::BTreeSet::new();
+            below(k, &modules, &mut ms);
+            PartReport { module: k.clone(), instances: *n, resources: r, worst_path: worst_in(&ms) }
+        })
+        .collect();
+    children.sort_by(|a, b| b.resources.lut.cmp(&a.resources.lut).then_with(|| a.module.cmp(&b.module)));
+    parts.extend(children);
+    let total_r = total(top, &modules, &mut memo);
+    let mut used = std::collections::BTreeSet::new();
+    below(top, &modules, &mut used);
+    Ok(DesignReport {
+        config: cfg.name.clone(),
+        unit: unit.into(),
+        top: top.into(),
+        method: "yosys 'synth_xilinx -family xcup' module by module (no -flatten); totals = each module's cells x its instances",
+        utilization: total_r.utilization(&XCU280),
+        total: total_r,
+        device: XCU280,
+        parts,
+        core_clock_mhz: cfg.core_clock_mhz,
+        budget_ns: 1e3 / f64::from(cfg.core_clock_mhz.max(1)),
+        worst_paths: paths.into_iter().filter(|p| used.contains(&p.module)).take(12).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_design_counts_each_module_once_per_instance() {
+        // top: 10 LUT6 of its own, 2 x `mid`; mid: 3 x `leaf` + a DSP; leaf: 5 LUT4, 7 FDRE, a RAMB36E2
+        let stat = json!({"modules": {
+            "\\top": {"num_cells_by_type": {"LUT6": 10, "mid": 2}},
+            "\\mid": {"num_cells_by_type": {"leaf": 3, "DSP48E2": 1, "CARRY4": 2}},
+            "\\leaf": {"num_cells_by_type": {"LUT4": 5, "FDRE": 7, "RAMB36E2": 1, "SRL16E": 1}},
+        }});
+        let slow = |m: &str, ns: f64| timing::PathReport { module: m.into(), delay_ns: ns, luts: 1, carries: 0, muxes: 0, from: "a".into(), to: "b".into() };
+        let paths = vec![slow("leaf", 3.0), slow("top", 1.0), slow("elsewhere", 9.0)];
+        let r = design_report("top", "top", &OverlayConfig::u280(), &stat, paths).unwrap();
+        let leaf = Resources { lut: 6, ff: 7, dsp48e2: 0, bram: 2, uram: 0, carry: 0 };
+        let mut mid = Resources { dsp48e2: 1, carry: 2, ..Default::default() };
+        mid.add(&leaf, 3);
+        let mut want = Resources { lut: 10, ..Default::default() };
+        want.add(&mid, 2);
+        assert_eq!(r.total, want);
+        assert_eq!((r.total.lut, r.total.ff, r.total.bram), (46, 42, 12));
+        assert_eq!(r.parts.len(), 2);
+        assert_eq!((r.parts[1].module.as_str(), r.parts[1].instances, r.parts[1].resources.lut), ("mid", 2, 36));
+        // a part's worst path is the worst of the modules below it; paths of modules not in the design are dropped
+        assert_eq!(r.parts[1].worst_path.as_ref().map(|p| p.module.as_str()), Some("leaf"));
+        assert_eq!(r.worst_paths.iter().map(|p| p.module.as_str()).collect::<Vec<_>>(), ["leaf", "top"]);
+        assert!((r.utilization.lut - 46.0 / 1_303_680.0).abs() < 1e-12);
+        assert!((r.budget_ns - 1e3 / 225.0).abs() < 1e-9);
+    }
+}
