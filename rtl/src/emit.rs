@@ -149,7 +149,37 @@ pub fn packed_mul_w4x2_top() -> PackedMulW4x2 {
 
 pub(crate) fn checked_verilog<U: Block>(uut: &U) -> Result<String, EmitError> {
     check_all(uut).map_err(|e| EmitError::Check(format!("{e:?}")))?;
-    Ok(generate_verilog_unchecked(uut))
+    Ok(ultra_ram_style(&generate_verilog_unchecked(uut)))
+}
+
+/// Memories of at least this many bits are UltraRAM (288 Kb each on UltraScale+) rather than block RAM (36 Kb):
+/// the KV history buffer and the scratchpad banks. Left to themselves, yosys and Vivado put them in block
+/// RAM, of which the u280 preset's 8 MiB would need more than the xcu280 has.
+pub const ULTRA_RAM_MIN_BITS: u64 = 1 << 20;
+
+/// Marks rust-hdl's large memories (`reg[W-1:0] mem[D-1:0];`) `(* ram_style = "ultra" *)`, which yosys and
+/// Vivado honour and Verilator ignores.
+fn ultra_ram_style(verilog: &str) -> String {
+    let size = |t: &str| -> Option<u64> {
+        let rest = t.strip_prefix("reg[")?;
+        let (w, rest) = rest.split_once(":0] mem[")?;
+        let (d, rest) = rest.split_once(":0]")?;
+        (rest.trim() == ";").then_some(())?;
+        Some((w.parse::<u64>().ok()? + 1) * (d.parse::<u64>().ok()? + 1))
+    };
+    let mut out = String::with_capacity(verilog.len() + 256);
+    for line in verilog.lines() {
+        let t = line.trim_start();
+        if size(t).is_some_and(|bits| bits >= ULTRA_RAM_MIN_BITS) {
+            out.push_str(&line[..line.len() - t.len()]);
+            out.push_str("(* ram_style = \"ultra\" *) ");
+            out.push_str(t);
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Renames rust-hdl's top module `top` (and the `top$..` child modules) to `name` (`name$..`).
@@ -266,6 +296,18 @@ pub fn top_name(unit: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_memories_are_ultra_ram() {
+        let v = ultra_ram_style("module m;\n    reg[255:0] mem[65535:0];\n    reg[255:0] mem[1023:0];\n    reg[31:0] mem[131071:0];\nendmodule\n");
+        assert_eq!(
+            v,
+            "module m;\n    (* ram_style = \"ultra\" *) reg[255:0] mem[65535:0];\n    reg[255:0] mem[1023:0];\n    (* ram_style = \"ultra\" *) reg[31:0] mem[131071:0];\nendmodule\n"
+        );
+        // the u280 top: the history buffer's K and V, the scratchpad's 8 banks
+        let top = emit_verilog_for("top", &OverlayConfig::u280()).unwrap();
+        assert_eq!(top.matches("(* ram_style = \"ultra\" *)").count(), 10);
+    }
 
     #[test]
     fn a_config_the_rtl_does_not_build_is_refused_naming_the_field() {

@@ -153,7 +153,6 @@ pub struct Mmio {
     run_hits: Signal<Local, Bits<32>>,
     run_misses: Signal<Local, Bits<32>>,
     busy_off: Signal<Local, Bits<ADDR_BITS>>,
-    busy_inc: Signal<Local, Bits<256>>,
     arg_off: Signal<Local, Bits<ADDR_BITS>>,
 }
 
@@ -276,7 +275,6 @@ impl Mmio {
             run_hits: Default::default(),
             run_misses: Default::default(),
             busy_off: Default::default(),
-            busy_inc: Default::default(),
             arg_off: Default::default(),
         }
     }
@@ -308,13 +306,13 @@ impl Logic for Mmio {
         self.run_skipped.next = self.skipped_blocks.val() - self.base_skipped.q.val();
         self.run_hits.next = self.kv_history_hits.val() - self.base_hits.q.val();
         self.run_misses.next = self.kv_history_misses.val() - self.base_misses.q.val();
-        // busy cycles: each unit's counter counts while the run is active
-        self.busy_inc.next = bit_cast::<256, 1>(self.unit_busy.val().get_bit(0).into())
-            | (bit_cast::<256, 1>(self.unit_busy.val().get_bit(1).into()) << 64)
-            | (bit_cast::<256, 1>(self.unit_busy.val().get_bit(2).into()) << 128)
-            | (bit_cast::<256, 1>(self.unit_busy.val().get_bit(3).into()) << 192);
+        // busy cycles: each unit's counter counts while the run is active (four 64-bit adds: one add over
+        // the 256 bits would be a 256-bit carry chain, too long for a cycle at 225 MHz)
         if self.busy.val() {
-            self.busyc.d.next = self.busyc.q.val() + self.busy_inc.val();
+            self.busyc.d.next = bit_cast::<256, 64>(self.busyc.q.val().get_bits::<64>(0) + bit_cast::<64, 1>(self.unit_busy.val().get_bit(0).into()))
+                | (bit_cast::<256, 64>(self.busyc.q.val().get_bits::<64>(64) + bit_cast::<64, 1>(self.unit_busy.val().get_bit(1).into())) << 64)
+                | (bit_cast::<256, 64>(self.busyc.q.val().get_bits::<64>(128) + bit_cast::<64, 1>(self.unit_busy.val().get_bit(2).into())) << 128)
+                | (bit_cast::<256, 64>(self.busyc.q.val().get_bits::<64>(192) + bit_cast::<64, 1>(self.unit_busy.val().get_bit(3).into())) << 192);
         }
         self.busy_off.next = self.addr.val() - self.a_busy.val();
         self.arg_off.next = self.addr.val() - self.a_arg0.val();
