@@ -712,8 +712,18 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
         RtlCommand::Synth { config, unit, json } => {
             let cfg = OverlayConfig::from_name_or_path(&config)?;
             let dir = std::env::temp_dir().join(format!("opu-synth-{}-{unit}", std::process::id()));
+            // yosys prints nothing while it works (the whole top at u280: well over an hour): a spinner with
+            // the time so far, on stderr, hidden with --json
+            let spinner = if json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+            if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+                spinner.set_style(style);
+            }
+            let how = if unit == "top" { "module by module" } else { "flattened" };
+            spinner.set_message(format!("yosys synth_xilinx -family xcup on `{unit}` for `{}`, {how}", cfg.name));
+            spinner.enable_steady_tick(std::time::Duration::from_millis(200));
             if unit == "top" {
                 let r = opu_rtl::synth::synthesize_design(&unit, &cfg, &dir);
+                spinner.finish_and_clear();
                 let _ = std::fs::remove_dir_all(&dir);
                 let r = r?;
                 if json {
@@ -724,6 +734,7 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
                 return Ok(());
             }
             let r = opu_rtl::synth::synthesize_for(&unit, &cfg, &dir);
+            spinner.finish_and_clear();
             let _ = std::fs::remove_dir_all(&dir);
             let r = r?;
             if json {

@@ -168,10 +168,12 @@ impl Resources {
         for (k, n) in cells {
             match k {
                 _ if k.starts_with("LUT") => r.lut += n,
-                // LUTRAM and shift registers take LUTs (a RAM64M: 4; counted as the LUTs they use)
+                // shift registers and LUT RAM, counted as the LUTs each primitive takes (UG574)
                 _ if k.starts_with("SRL") => r.lut += n,
-                "RAM32M" | "RAM64M" | "RAM32M16" | "RAM64M8" => r.lut += n * if k.ends_with('8') || k.ends_with("16") { 8 } else { 4 },
-                _ if k.starts_with("RAM32X1") || k.starts_with("RAM64X1") => r.lut += n * if k.ends_with('D') { 2 } else { 1 },
+                "RAM32X1S" | "RAM64X1S" => r.lut += n,
+                "RAM32X1D" | "RAM64X1D" | "RAM128X1S" => r.lut += 2 * n,
+                "RAM32M" | "RAM64M" | "RAM128X1D" | "RAM256X1S" => r.lut += 4 * n,
+                "RAM32M16" | "RAM64M8" | "RAM256X1D" | "RAM512X1S" => r.lut += 8 * n,
                 _ if k.starts_with("FD") => r.ff += n,
                 "DSP48E2" => r.dsp48e2 += n,
                 "RAMB18E2" => r.bram += n,

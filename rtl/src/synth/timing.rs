@@ -57,7 +57,8 @@ enum Kind {
 }
 
 fn kind(cell_type: &str) -> Option<Kind> {
-    if cell_type.starts_with("LUT") || cell_type.starts_with("RAM32") || cell_type.starts_with("RAM64") || cell_type.starts_with("RAM128") || cell_type.starts_with("RAM256") {
+    let lutram = ["RAM32", "RAM64", "RAM128", "RAM256", "RAM512"].iter().any(|p| cell_type.starts_with(p));
+    if cell_type.starts_with("LUT") || lutram {
         Some(Kind::Lut)
     } else if cell_type.starts_with("CARRY") {
         Some(Kind::Carry)
