@@ -721,38 +721,40 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
             let how = if unit == "top" { "module by module" } else { "flattened" };
             spinner.set_message(format!("yosys synth_xilinx -family xcup on `{unit}` for `{}`, {how}", cfg.name));
             spinner.enable_steady_tick(std::time::Duration::from_millis(200));
-            if unit == "top" {
-                let r = opu_rtl::synth::synthesize_design(&unit, &cfg, &dir);
-                spinner.finish_and_clear();
-                let _ = std::fs::remove_dir_all(&dir);
-                let r = r?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&r)?);
-                } else {
-                    print_design_report(&r);
-                }
-                return Ok(());
+            enum Report {
+                Design(opu_rtl::synth::DesignReport),
+                Unit(opu_rtl::synth::SynthReport),
             }
-            let r = opu_rtl::synth::synthesize_for(&unit, &cfg, &dir);
+            // the whole overlay module by module, a unit flattened
+            let report = if unit == "top" {
+                opu_rtl::synth::synthesize_design(&unit, &cfg, &dir).map(Report::Design)
+            } else {
+                opu_rtl::synth::synthesize_for(&unit, &cfg, &dir).map(Report::Unit)
+            };
             spinner.finish_and_clear();
             let _ = std::fs::remove_dir_all(&dir);
-            let r = r?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!("{} ({}) for overlay `{}`, yosys synth_xilinx -family xcup:", r.unit, r.top, r.config);
-                println!("  LUT {}  FF {} (upper bound: yosys keeps registers out of DSPs)  DSP48E2 {}  BRAM18 {}  URAM {}  CARRY {}", r.lut, r.ff, r.dsp48e2, r.bram, r.uram, r.carry);
-                let p = &r.packing_factor;
-                let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
-                println!("  packing factor (products / cycle / DSP48E2): w4 {}  w4_min {}  w8 {}  fp16 {}", f(p.w4), f(p.w4_min), f(p.w8), f(p.fp16));
-                if let Some(w) = &r.worst_path {
-                    let budget = 1e3 / f64::from(cfg.core_clock_mhz.max(1));
-                    println!("  worst path (estimate, docs/rtl.md \"Timing\"): {}, budget {budget:.2} ns at {} MHz", describe_path(w), cfg.core_clock_mhz);
-                }
+            match report? {
+                Report::Design(r) if json => println!("{}", serde_json::to_string_pretty(&r)?),
+                Report::Design(r) => print_design_report(&r),
+                Report::Unit(r) if json => println!("{}", serde_json::to_string_pretty(&r)?),
+                Report::Unit(r) => print_unit_report(&r, &cfg),
             }
         }
     }
     Ok(())
+}
+
+/// A unit's resources, packing factor and worst path.
+fn print_unit_report(r: &opu_rtl::synth::SynthReport, cfg: &OverlayConfig) {
+    println!("{} ({}) for overlay `{}`, yosys synth_xilinx -family xcup:", r.unit, r.top, r.config);
+    println!("  LUT {}  FF {} (upper bound: yosys keeps registers out of DSPs)  DSP48E2 {}  BRAM18 {}  URAM {}  CARRY {}", r.lut, r.ff, r.dsp48e2, r.bram, r.uram, r.carry);
+    let p = &r.packing_factor;
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
+    println!("  packing factor (products / cycle / DSP48E2): w4 {}  w4_min {}  w8 {}  fp16 {}", f(p.w4), f(p.w4_min), f(p.w8), f(p.fp16));
+    if let Some(w) = &r.worst_path {
+        let budget = 1e3 / f64::from(cfg.core_clock_mhz.max(1));
+        println!("  worst path (estimate, docs/rtl.md \"Timing\"): {}, budget {budget:.2} ns at {} MHz", describe_path(w), cfg.core_clock_mhz);
+    }
 }
 
 /// `4.06 ns (6 LUT, 9 CARRY4, 6 MUXF): a -> b`

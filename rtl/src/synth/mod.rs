@@ -85,16 +85,25 @@ pub fn synthesize(unit: &str, workdir: &Path) -> Result<SynthReport, SynthError>
     synthesize_for(unit, &OverlayConfig::sim(), workdir)
 }
 
-/// Synthesizes `unit` as built for overlay `cfg` in `workdir`.
-pub fn synthesize_for(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<SynthReport, SynthError> {
+/// yosys' view of a synthesized unit: its top module's name, `stat -json` and the mapped netlist (`write_json`).
+struct Yosys {
+    top: &'static str,
+    stat: serde_json::Value,
+    netlist: serde_json::Value,
+}
+
+/// Emits `unit` for `cfg` into `workdir` and runs `synth_xilinx -family xcup` on it (`-flatten` or module by
+/// module), leaving the Verilog, the statistics (`<top>.stat.json`) and the netlist (`<top>.net.json`) there.
+fn run_yosys(unit: &str, cfg: &OverlayConfig, workdir: &Path, flatten: bool) -> Result<Yosys, SynthError> {
     let verilog = emit_verilog_for(unit, cfg)?;
     let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
     std::fs::create_dir_all(workdir)?;
-    let (v, j, n) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.json")), workdir.join(format!("{top}.net.json")));
+    let (v, j, n) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.stat.json")), workdir.join(format!("{top}.net.json")));
     std::fs::write(&v, verilog)?;
     let script = format!(
-        "read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json; write_json {}",
+        "read_verilog {}; synth_xilinx -family xcup -top {top}{}; tee -q -o {} stat -json; write_json {}",
         v.display(),
+        if flatten { " -flatten" } else { "" },
         j.display(),
         n.display()
     );
@@ -102,14 +111,19 @@ pub fn synthesize_for(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result
     if !out.status.success() {
         return Err(SynthError::Yosys { unit: unit.into(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
     }
-    let stat: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j)?)
-        .map_err(|e| SynthError::Stat { unit: unit.into(), what: e.to_string() })?;
+    let read = |path: &Path| -> Result<serde_json::Value, SynthError> {
+        serde_json::from_str(&std::fs::read_to_string(path)?).map_err(|e| SynthError::Stat { unit: unit.into(), what: e.to_string() })
+    };
+    Ok(Yosys { top, stat: read(&j)?, netlist: read(&n)? })
+}
+
+/// Synthesizes `unit` as built for overlay `cfg` in `workdir`.
+pub fn synthesize_for(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<SynthReport, SynthError> {
+    let Yosys { top, stat, netlist } = run_yosys(unit, cfg, workdir, true)?;
     let by_type = stat["design"]["num_cells_by_type"]
         .as_object()
         .ok_or_else(|| SynthError::Stat { unit: unit.into(), what: "no design.num_cells_by_type".into() })?;
     let cells: BTreeMap<String, u64> = by_type.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect();
-    let netlist: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&n)?)
-        .map_err(|e| SynthError::Stat { unit: unit.into(), what: e.to_string() })?;
     let worst_path = timing::worst_paths(&netlist).map_err(|what| SynthError::Stat { unit: unit.into(), what })?.into_iter().next();
     let r = Resources::of_cells(cells.iter().map(|(k, n)| (k.as_str(), *n)));
     let dsp48e2 = r.dsp48e2;
@@ -247,24 +261,8 @@ pub struct DesignReport {
 /// Synthesizes `unit` as built for `cfg` module by module in `workdir` and sums its resources by instance,
 /// against the xcu280, with a timing estimate per module.
 pub fn synthesize_design(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<DesignReport, SynthError> {
-    let verilog = emit_verilog_for(unit, cfg)?;
-    let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
-    std::fs::create_dir_all(workdir)?;
-    let (v, j, n) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.stat.json")), workdir.join(format!("{top}.net.json")));
-    std::fs::write(&v, verilog)?;
-    let script = format!(
-        "read_verilog {}; synth_xilinx -family xcup -top {top}; tee -q -o {} stat -json; write_json {}",
-        v.display(),
-        j.display(),
-        n.display()
-    );
-    let out = Command::new("yosys").args(["-q", "-p", &script]).output().map_err(SynthError::NoYosys)?;
-    if !out.status.success() {
-        return Err(SynthError::Yosys { unit: unit.into(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
-    }
+    let Yosys { top, stat, netlist } = run_yosys(unit, cfg, workdir, false)?;
     let stat_err = |what: String| SynthError::Stat { unit: unit.into(), what };
-    let stat: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j)?).map_err(|e| stat_err(e.to_string()))?;
-    let netlist: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&n)?).map_err(|e| stat_err(e.to_string()))?;
     let paths = timing::worst_paths(&netlist).map_err(stat_err)?;
     design_report(unit, top, cfg, &stat, paths).map_err(stat_err)
 }
