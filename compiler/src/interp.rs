@@ -101,6 +101,22 @@ impl Interpreter {
 
     /// Runs `tokens` at the next positions; returns the logits and the per-layer hidden states at each.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Forward, ModelError> {
+        self.run(tokens, None)
+    }
+
+    /// Runs one token at the next position with the blocks `skips[layer] = [attention, ffn]` skipped
+    /// (docs/skipping.md): a skipped block passes the residual through, and a skipped attention block appends,
+    /// as the token's K/V at that layer, its K/V at the layer before (which is, by induction, the K/V of the
+    /// latest layer where the token executed attention). Layer 0 must execute.
+    pub fn forward_skipping(&mut self, token: u32, skips: &[[bool; 2]]) -> Result<Forward, ModelError> {
+        let layers = self.graph.layer_outputs.len();
+        if skips.len() != layers || skips.first().is_some_and(|s| s[0] || s[1]) {
+            return Err(ModelError::Input { what: format!("skips for {} layers with layer 0 executing, the graph has {layers}", skips.len()) });
+        }
+        self.run(&[token], Some(skips))
+    }
+
+    fn run(&mut self, tokens: &[u32], skips: Option<&[[bool; 2]]>) -> Result<Forward, ModelError> {
         let input_err = |what: String| Err(ModelError::Input { what });
         let n = tokens.len();
         if n == 0 {
@@ -132,6 +148,27 @@ impl Interpreter {
         for (i, node) in graph.nodes.iter().enumerate() {
             let arg = |j: usize| values[node.inputs[j].index()].as_deref().expect("checked: defined before use");
             let len = node.shape.len();
+            let skipped = match (skips, node.layer, node.block) {
+                (Some(s), Some(l), Some(b)) => s[l][b as usize],
+                _ => false,
+            };
+            if skipped {
+                match &node.op {
+                    // the block's residual: x passes through
+                    Op::Add => values[node.output.index()] = Some(arg(0).to_vec()),
+                    // the K/V of the layer before, carried: one row of n_head_kv * head_dim (n = 1)
+                    &Op::Attention { layer, n_head_kv, head_dim, .. } => {
+                        let kv = n_head_kv * head_dim;
+                        let (prev, cache) = self.cache.split_at_mut(layer);
+                        let prev = prev.last().expect("layer 0 executes");
+                        cache[0].k.extend_from_slice(&prev.k[self.pos * kv..(self.pos + 1) * kv]);
+                        cache[0].v.extend_from_slice(&prev.v[self.pos * kv..(self.pos + 1) * kv]);
+                    }
+                    // the rest of the block is not computed
+                    _ => {}
+                }
+                continue;
+            }
             let out = match &node.op {
                 Op::Embedding { table, dim, .. } => {
                     debug_assert_eq!(node.inputs[0], token_input);

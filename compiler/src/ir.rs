@@ -144,7 +144,28 @@ pub struct Node {
     pub shape: Shape,
     /// The transformer layer the node belongs to (`None` for the embedding and the head).
     pub layer: Option<usize>,
+    /// The block of its layer a router can skip; the block's residual `Add` is its last node.
+    pub block: Option<Block>,
     pub name: String,
+}
+
+/// The two blocks of a transformer layer that a router can skip (docs/skipping.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Block {
+    Attention,
+    Ffn,
+}
+
+impl Block {
+    pub const ALL: [Block; 2] = [Block::Attention, Block::Ffn];
+
+    /// `attn` or `ffn`: the tensor-name infix and the name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Block::Attention => "attn",
+            Block::Ffn => "ffn",
+        }
+    }
 }
 
 /// An input of the graph.
@@ -174,6 +195,7 @@ struct Builder {
     g: Graph,
     next: u32,
     layer: Option<usize>,
+    block: Option<Block>,
 }
 
 impl Builder {
@@ -189,7 +211,7 @@ impl Builder {
     }
     fn node(&mut self, name: String, op: Op, inputs: &[ValueId], shape: Shape) -> ValueId {
         let output = self.value();
-        self.g.nodes.push(Node { op, inputs: inputs.to_vec(), output, shape, layer: self.layer, name });
+        self.g.nodes.push(Node { op, inputs: inputs.to_vec(), output, shape, layer: self.layer, block: self.block, name });
         output
     }
 }
@@ -203,6 +225,7 @@ pub fn build_llama(cfg: &LlamaConfig) -> Graph {
         g: Graph { nodes: vec![], inputs: vec![], output: ValueId(0), layer_outputs: vec![], context_length: cfg.context_length },
         next: 0,
         layer: None,
+        block: None,
     };
     let token = b.input("token", Shape::Token);
     let mut x = b.node("token_embd".into(), Op::Embedding { table: TOKEN_EMBD.into(), vocab: cfg.vocab, dim: e }, &[token], vec(e));
@@ -211,6 +234,7 @@ pub fn build_llama(cfg: &LlamaConfig) -> Graph {
         let n = LayerNames::new(l);
         let name = |s: &str| format!("blk.{l}.{s}");
         b.layer = Some(l);
+        b.block = Some(Block::Attention);
         let xn = b.node(name("attn_norm"), Op::RmsNorm { gain: n.attn_norm, eps: cfg.rms_eps }, &[x], vec(e));
         let q = b.node(name("q"), matmul(&n.wq, q_len, e), &[xn], vec(q_len));
         let k = b.node(name("k"), matmul(&n.wk, kv_len, e), &[xn], vec(kv_len));
@@ -225,6 +249,7 @@ pub fn build_llama(cfg: &LlamaConfig) -> Graph {
         );
         let o = b.node(name("attn_output"), matmul(&n.wo, e, q_len), &[att], vec(e));
         x = b.node(name("attn_residual"), Op::Add, &[x, o], vec(e));
+        b.block = Some(Block::Ffn);
         let xn = b.node(name("ffn_norm"), Op::RmsNorm { gain: n.ffn_norm, eps: cfg.rms_eps }, &[x], vec(e));
         let gate = b.node(name("ffn_gate"), matmul(&n.w_gate, cfg.n_ff, e), &[xn], vec(cfg.n_ff));
         let up = b.node(name("ffn_up"), matmul(&n.w_up, cfg.n_ff, e), &[xn], vec(cfg.n_ff));
@@ -234,6 +259,7 @@ pub fn build_llama(cfg: &LlamaConfig) -> Graph {
         b.g.layer_outputs.push(x);
     }
     b.layer = None;
+    b.block = None;
     let xn = b.node("output_norm".into(), Op::RmsNorm { gain: OUTPUT_NORM.into(), eps: cfg.rms_eps }, &[x], vec(e));
     let out_w = if cfg.tied_output { TOKEN_EMBD } else { OUTPUT };
     b.g.output = b.node("output".into(), matmul(out_w, cfg.vocab, e), &[xn], vec(cfg.vocab));

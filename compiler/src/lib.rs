@@ -2,8 +2,8 @@
 //!
 //! - [`gguf`]: the GGUF reader (fuzz-safe; memory-mapped tensor data).
 //! - [`llama`]: the llama architecture's hyperparameters and tensors, checked against each other.
-//!
-//! The graph IR, quantization and lowering arrive with the compiler issue.
+//! - [`ir`] and [`interp`]: the graph IR and its f32 interpreter; [`quantize`]: weights in overlay formats.
+//! - [`routers`]: per-token routers (safetensors), [`lower`]: lowering to programs, [`plan`]: memory plans.
 
 pub use opu_hw as hw;
 
@@ -14,6 +14,7 @@ pub mod llama;
 pub mod lower;
 pub mod plan;
 pub mod quantize;
+pub mod routers;
 pub mod testing;
 
-pub use lower::{compile, CompileError, CompileOptions, Compiled, ProgramMeta};
+pub use lower::{compile, CompileError, CompileOptions, Compiled, ProgramMeta, SkipMeta};

@@ -15,8 +15,9 @@ use crate::gguf::Gguf;
 use crate::llama::{tensor, LayerNames, LlamaConfig, ModelError, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 use crate::plan::{line, line_up, pad4, DevicePlan, SpmPlan};
 use crate::quantize::{self, QuantMatrix, TensorReport};
+use crate::routers::{Block, Routers};
 use opu_hw::container::{Container, ContainerError, MemoryLayout};
-use opu_hw::isa::{Csr, F32Bits, Instr, RedMode, Reg, RopeStyle, LINE_BYTES};
+use opu_hw::isa::{Csr, F32Bits, Instr, Pred, RedMode, Reg, RopeStyle, LINE_BYTES};
 use opu_hw::numerics::fp16::{f16_to_f32, f32_to_f16};
 use opu_hw::numerics::vector::{rope_table_row, DType, VecOp};
 use opu_hw::numerics::WeightFormat;
@@ -31,6 +32,9 @@ pub struct CompileOptions {
     pub max_context: Option<usize>,
     /// Store the residual stream after every layer into the `trace` region (layer-by-layer comparison).
     pub trace_layers: bool,
+    /// Per-token routers: decode passes route each routed block and skip it per token (docs/skipping.md).
+    /// `None` (or no routed block) compiles the dense program.
+    pub routers: Option<Routers>,
 }
 
 /// Why a model could not be compiled.
@@ -80,13 +84,29 @@ pub struct ProgramMeta {
     pub trace_row_bytes: u64,
     /// Weight bytes (all matrices as stored on the device).
     pub weight_bytes: u64,
-    /// Device-memory bytes one decode step reads and writes apart from attention's K/V reads.
+    /// Device-memory bytes one decode step reads and writes apart from attention's K/V reads (with every
+    /// routed block executed).
     pub decode_bytes_static: u64,
     /// K/V bytes attention reads per cached position per decode step.
     pub kv_bytes_per_position: u64,
     pub tensors: Vec<TensorReport>,
     /// Largest relative error of the FP16 embedding table the gather reads (exact weights rounded to FP16).
     pub embedding_f16_max_rel_error: f64,
+    /// Where the program routes blocks per token (absent for a dense program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipping: Option<SkipMeta>,
+}
+
+/// The skipping plan of a program compiled with routers (docs/skipping.md).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SkipMeta {
+    /// `[layer] = [attention routed, FFN routed]`.
+    pub routed: Vec<[bool; 2]>,
+    /// `[layer]`: the byte address of the layer's presence bytes (one per position), for layers whose
+    /// attention is routed.
+    pub presence_addr: Vec<Option<u64>>,
+    /// Bytes of all router operands in device memory.
+    pub router_bytes: u64,
 }
 
 /// A compiled model: the container and its meta.
@@ -108,6 +128,10 @@ struct LayerAddrs {
     w_down: (u64, WeightFormat),
     k_cache: u64,
     v_cache: u64,
+    /// Router operands (`route`'s `w`) of the attention and FFN blocks, where routed.
+    router: [Option<u64>; 2],
+    /// The presence bytes of a layer whose attention is routed (the `kv_present` CSR).
+    presence: Option<u64>,
 }
 
 struct Layout {
@@ -146,6 +170,9 @@ fn r(i: u8) -> Reg {
 }
 
 const POS: Reg = Reg(9);
+/// The predicates `route` sets for the attention and the FFN block.
+const ATTN_PRED: Pred = Pred(1);
+const FFN_PRED: Pred = Pred(2);
 
 /// Compiles a llama GGUF for `config`.
 pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Result<Compiled, CompileError> {
@@ -163,11 +190,30 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     if e > 65535 || cfg.n_ff > 65535 {
         return Err(unsupported("matrix dimensions above 65535".into()));
     }
-    let max_context = opts.max_context.unwrap_or(cfg.context_length).min(cfg.context_length);
+    let routers = opts.routers.as_ref().filter(|r| r.count() > 0);
+    // With routers every position needs a history slot (docs/skipping.md): by default the context is the
+    // model's, capped at the slots; a larger --max-context is refused below.
+    let default_context = if routers.is_some() { cfg.context_length.min(config.kv_history_slots as usize) } else { cfg.context_length };
+    let max_context = opts.max_context.unwrap_or(default_context).min(cfg.context_length);
     if max_context == 0 {
         return Err(unsupported("--max-context must be at least 1".into()));
     }
     let batch = config.max_batch as usize;
+    if let Some(r) = routers {
+        if r.layers.len() != cfg.n_layer || r.hidden != e {
+            return Err(unsupported(format!("routers for {} layers of hidden {}, the model has {} layers of hidden {e}", r.layers.len(), r.hidden, cfg.n_layer)));
+        }
+        if r.layers[0].iter().any(Option::is_some) {
+            return Err(unsupported("layer 0 always executes: it takes no router".into()));
+        }
+        // An absent position is served from its history slot (docs/isa.md, `attn`): every position needs one.
+        if max_context > config.kv_history_slots as usize || hkv * hd > config.kv_history_width as usize {
+            return Err(fits(format!(
+                "skipping serves skipped K/V from the history buffer of {} slots x {} FP16: it needs --max-context <= {} (asked {max_context}) and n_head_kv x head_dim = {} <= {}",
+                config.kv_history_slots, config.kv_history_width, config.kv_history_slots, hkv * hd, config.kv_history_width
+            )));
+        }
+    }
 
     // Weights, in overlay formats.
     let mut reports = Vec::new();
@@ -240,7 +286,21 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             w_down: image.put_matrix(w_down),
             k_cache: 0,
             v_cache: 0,
+            router: [None, None],
+            presence: None,
         });
+    }
+    let mut router_bytes = 0u64;
+    if let Some(r) = routers {
+        for (l, la) in layers.iter_mut().enumerate() {
+            for block in Block::ALL {
+                if let Some(router) = r.get(l, block) {
+                    let bytes = router.device_bytes();
+                    router_bytes += bytes.len() as u64;
+                    la.router[block as usize] = Some(image.put(&crate::routers::tensor_name(l, block, "operand"), "routers", bytes));
+                }
+            }
+        }
     }
     let output_addr = image.put_matrix(output);
     let out_norm = image.put(OUTPUT_NORM, "norms", gains(OUTPUT_NORM)?);
@@ -261,6 +321,11 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         la.v_cache = plan.place(&format!("v{l}"), "kv", kv_row * max_context as u64);
         bss.push((format!("k{l}"), la.k_cache, kv_row * max_context as u64));
         bss.push((format!("v{l}"), la.v_cache, kv_row * max_context as u64));
+        if la.router[Block::Attention as usize].is_some() {
+            let at = plan.place(&format!("presence{l}"), "kv", max_context as u64);
+            la.presence = Some(at);
+            bss.push((format!("presence{l}"), at, max_context as u64));
+        }
     }
     let trace_layer_bytes = (batch * e * 2) as u64;
     let trace = opts.trace_layers.then(|| plan.place("trace", "io", trace_layer_bytes * cfg.n_layer as u64));
@@ -321,6 +386,11 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         kv_bytes_per_position: (cfg.n_layer * hkv * hd * 2 * 2) as u64,
         tensors: reports,
         embedding_f16_max_rel_error: embed_rel,
+        skipping: routers.map(|_| SkipMeta {
+            routed: layout.layers.iter().map(|la| [la.router[0].is_some(), la.router[1].is_some()]).collect(),
+            presence_addr: layout.layers.iter().map(|la| la.presence).collect(),
+            router_bytes,
+        }),
     };
 
     let mut c = Container::new(config);
@@ -418,25 +488,46 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
     p.push(Instr::Csrw { csr: Csr::AttnScale, rs: r(0), imm: (1.0 / (hd as f32).sqrt()).to_bits() });
 
     for (l, la) in lay.layers.iter().enumerate() {
-        // Attention block.
-        rmsnorm(&mut p, la.attn_norm);
-        mm(&mut p, la.wq, s.q, s.xn, e, e, false, RedMode::None, DType::F16);
-        mm(&mut p, la.wk, s.k, s.xn, kv, e, false, RedMode::None, DType::F16);
-        mm(&mut p, la.wv, s.v, s.xn, kv, e, false, RedMode::None, DType::F16);
-        for t in 0..b {
-            p.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
-            p.push(Instr::Load { spm: s.rope + words(t * rope_row), mem: line(lay.rope), bytes: rope_row as u32, idx: r(2), stride: (rope_row / LINE_BYTES as usize) as u32 });
+        // Per-token routing (docs/skipping.md) in one-token passes: `route` decides on the block's input (the
+        // residual x, whose sum of squares RED already holds) and `skip` jumps over the block. A skipped block
+        // leaves x and RED as they were, so the next RMSNorm needs no new reduction. Prefill executes every
+        // block (`route` takes one token) but marks presence through `kvappend`.
+        let [attn_router, ffn_router] = if b == 1 { la.router } else { [None, None] };
+        if let Some(presence) = la.presence {
+            p.push(Instr::Csrw { csr: Csr::KvPresent, rs: r(0), imm: line(presence) });
         }
-        p.push(Instr::Rope { style: RopeStyle::Normal, heads: h as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
-        p.push(Instr::Rope { style: RopeStyle::Normal, heads: hkv as u32, head_dim: hd as u32, rows: n, dst: s.k, src: s.k, table: s.rope });
+        let route = |p: &mut Vec<Instr>, router: Option<u64>, pred: Pred, mark: bool, block: Vec<Instr>| {
+            if let Some(w) = router {
+                p.push(Instr::Route { pd: pred, mark, pos: POS, src: s.x, w: line(w), cols: e as u32 });
+                p.push(Instr::Skip { pred, count: block.len() as u32 });
+            }
+            p.extend(block);
+        };
+
+        // Attention block: norm, q/k/v, RoPE, K/V append (skipped with the block) ...
+        let mut blk = Vec::new();
+        rmsnorm(&mut blk, la.attn_norm);
+        mm(&mut blk, la.wq, s.q, s.xn, e, e, false, RedMode::None, DType::F16);
+        mm(&mut blk, la.wk, s.k, s.xn, kv, e, false, RedMode::None, DType::F16);
+        mm(&mut blk, la.wv, s.v, s.xn, kv, e, false, RedMode::None, DType::F16);
         for t in 0..b {
-            p.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
+            blk.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
+            blk.push(Instr::Load { spm: s.rope + words(t * rope_row), mem: line(lay.rope), bytes: rope_row as u32, idx: r(2), stride: (rope_row / LINE_BYTES as usize) as u32 });
+        }
+        blk.push(Instr::Rope { style: RopeStyle::Normal, heads: h as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
+        blk.push(Instr::Rope { style: RopeStyle::Normal, heads: hkv as u32, head_dim: hd as u32, rows: n, dst: s.k, src: s.k, table: s.rope });
+        for t in 0..b {
+            blk.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
             for kh in 0..hkv {
                 let off = t * kv_row_spm + kh * hd * 2;
                 let head = (kh * hd * 2) as u64;
-                p.push(Instr::Kvappend { pos: r(2), ksrc: s.k + words(off), vsrc: s.v + words(off), k: line(la.k_cache + head), v: line(la.v_cache + head) });
+                blk.push(Instr::Kvappend { pos: r(2), ksrc: s.k + words(off), vsrc: s.v + words(off), k: line(la.k_cache + head), v: line(la.v_cache + head) });
             }
         }
+        route(&mut p, attn_router, ATTN_PRED, true, blk);
+        // ... attention itself runs even when the block is skipped: it streams this layer's present K/V into
+        // the history buffer, so that the next layers serve every absent position the K/V of the latest layer
+        // where its token executed (its output is then unused) ...
         for t in 0..b {
             p.push(Instr::Addi { rd: r(1), rs: POS, imm: t as u32 + 1 });
             for kh in 0..hkv {
@@ -445,14 +536,19 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
                 p.push(Instr::Attn { group: group as u32, kvh: kh as u32, len: r(1), dst: s.att + words(off), q: s.q + words(off), k: line(la.k_cache + head), v: line(la.v_cache + head) });
             }
         }
-        // x += Wo att, and the sum of squares of the new x for the FFN norm.
+        // ... and x += Wo att, with the sum of squares of the new x for the FFN norm (skipped with the block).
+        if attn_router.is_some() {
+            p.push(Instr::Skip { pred: ATTN_PRED, count: 1 });
+        }
         mm(&mut p, la.wo, s.x, s.att, e, e, true, RedMode::Set, DType::F16);
         // FFN block.
-        rmsnorm(&mut p, la.ffn_norm);
-        mm(&mut p, la.w_gate, s.gate, s.xn, f, e, false, RedMode::None, DType::F16);
-        mm(&mut p, la.w_up, s.up, s.xn, f, e, false, RedMode::None, DType::F16);
-        p.push(Instr::Vop { op: VecOp::SwiGlu, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::None, rows: n, dst: s.gate, a: s.gate, b: s.up, n: f as u32 });
-        mm(&mut p, la.w_down, s.x, s.gate, e, f, true, RedMode::Set, DType::F16);
+        let mut blk = Vec::new();
+        rmsnorm(&mut blk, la.ffn_norm);
+        mm(&mut blk, la.w_gate, s.gate, s.xn, f, e, false, RedMode::None, DType::F16);
+        mm(&mut blk, la.w_up, s.up, s.xn, f, e, false, RedMode::None, DType::F16);
+        blk.push(Instr::Vop { op: VecOp::SwiGlu, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::None, rows: n, dst: s.gate, a: s.gate, b: s.up, n: f as u32 });
+        mm(&mut blk, la.w_down, s.x, s.gate, e, f, true, RedMode::Set, DType::F16);
+        route(&mut p, ffn_router, FFN_PRED, false, blk);
         if let Some(trace) = lay.trace {
             let at = trace + l as u64 * lay.trace_layer_bytes;
             p.push(Instr::Store2d { spm: s.x, mem: line(at), row_bytes: (e * 2) as u32, rows: n, mem_stride: (e * 2 / LINE_BYTES as usize) as u32, spm_stride: words(x_row) });
@@ -488,6 +584,8 @@ pub fn static_bytes(program: &[Instr]) -> u64 {
             Instr::Matmul { fmt, rows, cols, .. } => u64::from(rows) * fmt.row_bytes(cols as usize).unwrap_or(0) as u64,
             Instr::Load { bytes, .. } | Instr::Store { bytes, .. } => u64::from(bytes),
             Instr::Load2d { row_bytes, rows, .. } | Instr::Store2d { row_bytes, rows, .. } => u64::from(row_bytes) * u64::from(rows),
+            // with every block executed (skipped blocks move less)
+            Instr::Route { cols, .. } => 4 * u64::from(cols) + 4,
             _ => 0,
         })
         .sum()

@@ -3,6 +3,7 @@
 
 use crate::gguf::{GgufWriter, Value};
 use crate::llama::{LayerNames, OUTPUT_NORM, TOKEN_EMBD};
+use crate::routers::{Block, Router, Routers};
 use opu_hw::numerics::weights::{quantize_block, WeightFormat};
 use opu_hw::numerics::BLOCK;
 
@@ -90,6 +91,20 @@ impl TinyLlama {
         norm(&mut w, OUTPUT_NORM);
         w.to_bytes()
     }
+}
+
+/// Routers with seeded random weights for `blocks` of layers `1..n_layer` (layer 0 always executes): each
+/// decision depends on the token's residual, about half of them skip.
+pub fn random_routers(n_layer: usize, hidden: usize, seed: u64, blocks: &[Block]) -> Routers {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = Routers::none(n_layer, hidden);
+    for l in 1..n_layer {
+        for &b in blocks {
+            let weight = (0..2 * hidden).map(|_| rng.next() * 0.25).collect();
+            r.layers[l][b as usize] = Some(Router { weight, bias: [rng.next() * 0.1, rng.next() * 0.1] });
+        }
+    }
+    r
 }
 
 #[cfg(test)]

@@ -44,7 +44,13 @@ pub const BACKENDS: &[&str] = &["auto", "reference", "sim", "rtl", "pcie"];
 
 /// Opens backend `name` for the model in `g`, compiled for overlay `config` on the overlay backends (the
 /// reference path has no overlay). Returns the backend and, for `auto`, why it was chosen.
-pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig) -> Result<(Box<dyn Backend>, Option<String>)> {
+///
+/// `opts` are the compiler's (routers, context) for the overlay backends; the reference path runs the float
+/// model as trained and refuses routers.
+pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_compiler::CompileOptions) -> Result<(Box<dyn Backend>, Option<String>)> {
+    if opts.routers.is_some() && matches!(name, "reference" | "auto") {
+        bail!("backend `{name}`: the reference path runs the dense float model and does not skip blocks; routers run on the sim and rtl backends");
+    }
     match name {
         "reference" => {
             let (device, dev_name) = crate::reference::default_device();
@@ -59,11 +65,11 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig) -> Result<(Box
         }
         "sim" => {
             let threads = crate::runtime::compute_threads();
-            Ok((Box::new(crate::sim_backend::SimBackend::open(g, config, &opu_compiler::CompileOptions::default(), threads)?), None))
+            Ok((Box::new(crate::sim_backend::SimBackend::open(g, config, opts, threads)?), None))
         }
         "rtl" => {
             // the RTL under Verilator: opu-rtlsim builds it for the `sim` preset, and refuses another config
-            Ok((Box::new(crate::sim_backend::SimBackend::open_rtl(g, config, &opu_compiler::CompileOptions::default())?), None))
+            Ok((Box::new(crate::sim_backend::SimBackend::open_rtl(g, config, opts)?), None))
         }
         "pcie" => bail!("backend `{name}` is not available in this build yet (available: sim, rtl, reference, auto)"),
         other => bail!("unknown backend `{other}` (expected one of: {})", BACKENDS.join(", ")),

@@ -134,6 +134,9 @@ enum Command {
         /// Store the residual stream after every layer (for layer-by-layer comparison).
         #[arg(long)]
         trace_layers: bool,
+        /// Per-token routers (safetensors, docs/skipping.md): decode passes skip blocks.
+        #[arg(long)]
+        routers: Option<PathBuf>,
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -225,6 +228,10 @@ struct ModelArgs {
     /// file (`bench`: several, comma-separated). The RTL under Verilator is built for `sim` only.
     #[arg(long, default_value = "sim")]
     config: String,
+    /// Per-token routers (safetensors, docs/skipping.md): the sim and rtl backends skip attention and FFN
+    /// blocks per decoded token.
+    #[arg(long)]
+    routers: Option<PathBuf>,
 }
 
 /// A waveform of the RTL (`exec --backend rtl`, `cosim`).
@@ -321,7 +328,7 @@ impl ModelArgs {
         let spinner = if quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
         spinner.set_message(format!("loading {} on the {} backend", path.display(), self.backend));
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-        let session = Session::open_with_config(&path, &self.backend, &config);
+        let session = Session::open_with_routers(&path, &self.backend, &config, self.routers.as_deref());
         spinner.finish_and_clear();
         let session = session?;
         if let (Some(note), false) = (&session.backend_note, quiet) {
@@ -426,6 +433,18 @@ fn run(cli: Cli) -> Result<()> {
                         d["passes"],
                         d["compile_seconds"].as_f64().unwrap_or(0.0)
                     );
+                    let s = &d["skip"];
+                    if let Some(rate) = s["realised_skip_rate"].as_f64() {
+                        let pct = |k: &str| s[k].as_f64().map_or("-".to_string(), |r| format!("{:.1}%", 100.0 * r));
+                        println!(
+                            "-- skipping: {:.1}% of {} block decisions (attention {}, FFN {}); history hit rate {}",
+                            100.0 * rate,
+                            s["decisions"],
+                            pct("attention_skip_rate"),
+                            pct("ffn_skip_rate"),
+                            s["history_hit_rate"].as_f64().map_or("-".to_string(), |r| format!("{r:.3}"))
+                        );
+                    }
                     // the RTL counts cycles; the functional simulator estimates them
                     let f = &d["figures"];
                     if let Some(c) = f["cycles_per_token"].as_f64() {
@@ -459,7 +478,8 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 None
             };
-            let mut reference = ModelArgs { backend: against, ..model }.open(true, None)?;
+            // the backend under test with its routers, against the dense program (or the float reference)
+            let mut reference = ModelArgs { backend: against, routers: None, ..model }.open(true, None)?;
             let report = eval::evaluate(&mut backend, &mut reference, &prompts, tokens)?;
             if json {
                 let mut v = serde_json::to_value(&report)?;
@@ -500,6 +520,8 @@ fn run(cli: Cli) -> Result<()> {
                     model: model.model.clone(),
                     threads: model.threads,
                     config: config.to_string(),
+                    // the reference path runs the dense float model
+                    routers: if backend == "reference" { None } else { model.routers.clone() },
                 }.open(json, Some(1))?;
                 // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
                 let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
@@ -579,12 +601,19 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Compile { model, config, max_context, trace_layers, output } => {
+        Command::Compile { model, config, max_context, trace_layers, routers, output } => {
             let config = OverlayConfig::from_name_or_path(&config)?;
             let path = cache::resolve_model(Some(&model), false)?;
             let t = std::time::Instant::now();
             let g = opu_compiler::gguf::Gguf::open(&path)?;
-            let compiled = opu_compiler::compile(&g, &config, &opu_compiler::CompileOptions { max_context, trace_layers })?;
+            let routers = match routers {
+                Some(file) => {
+                    let cfg = opu_compiler::llama::LlamaConfig::from_gguf(&g)?;
+                    Some(opu_compiler::routers::Routers::load(&file, cfg.n_layer, cfg.n_embd)?)
+                }
+                None => None,
+            };
+            let compiled = opu_compiler::compile(&g, &config, &opu_compiler::CompileOptions { max_context, trace_layers, routers })?;
             compiled.container.write(&output)?;
             let m = &compiled.meta;
             eprintln!(

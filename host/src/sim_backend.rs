@@ -52,6 +52,9 @@ pub struct SimBackend {
     regions: Vec<opu_hw::container::Region>,
     /// Device-memory bytes (read, written) per region kind since the last reset.
     pub bytes_by_kind: std::collections::BTreeMap<String, (u64, u64)>,
+    /// `[layer]`: attention blocks the one-token passes skipped since the last reset (read back from the
+    /// presence bytes after each pass; programs with routers).
+    attention_skipped: Vec<u64>,
 }
 
 impl SimBackend {
@@ -85,6 +88,7 @@ impl SimBackend {
             }
         }
         loader::load(dev.device(), &compiled.container)?;
+        let n_layer = compiled.meta.n_layer;
         Ok(SimBackend {
             dev,
             meta: compiled.meta,
@@ -99,6 +103,7 @@ impl SimBackend {
             region_kinds,
             regions,
             bytes_by_kind: Default::default(),
+            attention_skipped: vec![0; n_layer],
         })
     }
 
@@ -146,6 +151,15 @@ impl SimBackend {
         if entry == 0 {
             self.decode_counters.add(&run);
             self.decode_passes += 1;
+            // this position's attention decisions: its presence byte of every routed layer (0 = skipped)
+            let presence: Vec<Option<u64>> = self.meta.skipping.as_ref().map(|s| s.presence_addr.clone()).unwrap_or_default();
+            for (l, at) in presence.iter().enumerate() {
+                if let Some(at) = at {
+                    let mut b = [0u8];
+                    self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
+                    self.attention_skipped[l] += u64::from(b[0] == 0);
+                }
+            }
         }
         if let ProgramDevice::Func(f) = &mut self.dev {
             for (name, b) in f.stats().regions {
@@ -191,6 +205,32 @@ impl SimBackend {
     }
 }
 
+impl SimBackend {
+    /// The `skip` figures of a program with routers (docs/skipping.md): decisions are those of the one-token
+    /// passes (prefill executes every block).
+    fn skip_figures(&self, s: &opu_compiler::SkipMeta) -> serde_json::Value {
+        let passes = self.decode_passes as u64;
+        let routed = |b: usize| s.routed.iter().filter(|r| r[b]).count() as u64;
+        let (n_attn, n_ffn) = (routed(0), routed(1));
+        let skipped = self.decode_counters.skipped_blocks;
+        let attn_skipped: u64 = self.attention_skipped.iter().sum();
+        let rate = |n: u64, d: u64| if d == 0 { serde_json::Value::Null } else { (n as f64 / d as f64).into() };
+        let c = &self.counters;
+        serde_json::json!({
+            "routed_attention_blocks": n_attn,
+            "routed_ffn_blocks": n_ffn,
+            "decisions": passes * (n_attn + n_ffn),
+            "skipped_blocks": skipped,
+            "realised_skip_rate": rate(skipped, passes * (n_attn + n_ffn)),
+            "attention_skip_rate": rate(attn_skipped, passes * n_attn),
+            "ffn_skip_rate": rate(skipped.saturating_sub(attn_skipped), passes * n_ffn),
+            "attention_skip_rate_per_layer": s.routed.iter().zip(&self.attention_skipped).map(|(r, &n)| if r[0] { rate(n, passes) } else { serde_json::Value::Null }).collect::<Vec<_>>(),
+            "history_hit_rate": rate(c.kv_history_hits, c.kv_history_hits + c.kv_history_misses),
+            "router_bytes": s.router_bytes,
+        })
+    }
+}
+
 impl Backend for SimBackend {
     fn name(&self) -> &str {
         &self.label
@@ -212,6 +252,7 @@ impl Backend for SimBackend {
         self.passes = 0;
         self.decode_counters = Counters::default();
         self.decode_passes = 0;
+        self.attention_skipped.iter_mut().for_each(|n| *n = 0);
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
@@ -269,6 +310,9 @@ impl Backend for SimBackend {
         v["skipped_blocks"] = all.skipped_blocks.into();
         v["kv_history_hits"] = all.kv_history_hits.into();
         v["kv_history_misses"] = all.kv_history_misses.into();
+        if let Some(s) = &self.meta.skipping {
+            v["skip"] = self.skip_figures(s);
+        }
         Some(v)
     }
 }

@@ -165,6 +165,57 @@ fn compile_and_inspect() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-context must be at least 1"));
 }
 
+/// `--routers`: a routers file compiles into a program that routes; bad files and the reference backend are
+/// refused naming the file (and the tensor) or the backend.
+#[test]
+fn compile_and_run_with_routers() {
+    use opu_compiler::routers::Block;
+    let m = opu_compiler::testing::TinyLlama::default();
+    let model = tmp("tiny-r.gguf");
+    std::fs::write(&model, m.gguf()).unwrap();
+    let routers = tmp("tiny.safetensors");
+    let r = opu_compiler::testing::random_routers(m.n_layer, m.n_embd, 5, &[Block::Attention, Block::Ffn]);
+    r.save(&routers, Default::default()).unwrap();
+    let prog = tmp("tiny-r.opu");
+    let out = opu(&["compile", s(&model), "--routers", s(&routers), "-o", s(&prog)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dense = tmp("tiny-d.opu");
+    assert!(opu(&["compile", s(&model), "-o", s(&dense)]).status.success());
+    let by_class = |p: &PathBuf, entry: usize| {
+        let out = opu(&["inspect", "--json", s(p)]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["entries"][entry]["by_class"].clone()
+    };
+    let (routed, plain) = (by_class(&prog, 0), by_class(&dense, 0));
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    // decode: layer 1's two blocks, a route and a skip each, one more skip around the o-projection, and the
+    // kv_present CSR of layer 1
+    assert_eq!(n(&routed, "control"), n(&plain, "control") + 3, "{routed} vs {plain}");
+    assert_eq!(n(&routed, "matrix"), n(&plain, "matrix") + 2, "{routed} vs {plain}");
+    assert_eq!(n(&routed, "scalar"), n(&plain, "scalar") + 1, "{routed} vs {plain}");
+    // prefill executes every block: only the kv_present CSR
+    let (routed, plain) = (by_class(&prog, 1), by_class(&dense, 1));
+    assert_eq!((n(&routed, "control"), n(&routed, "matrix"), n(&routed, "scalar")), (n(&plain, "control"), n(&plain, "matrix"), n(&plain, "scalar") + 1));
+
+    let bytes = std::fs::read(&routers).unwrap();
+    let cut = tmp("cut.safetensors");
+    std::fs::write(&cut, &bytes[..bytes.len() - 9]).unwrap();
+    let out = opu(&["compile", s(&model), "--routers", s(&cut), "-o", s(&tmp("cut-r.opu"))]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cut.safetensors: not a valid safetensors file"), "{err}");
+    let wide = opu_compiler::testing::random_routers(m.n_layer, 2 * m.n_embd, 5, &[Block::Ffn]);
+    let wide_file = tmp("wide.safetensors");
+    wide.save(&wide_file, Default::default()).unwrap();
+    let out = opu(&["compile", s(&model), "--routers", s(&wide_file), "-o", s(&tmp("wide.opu"))]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("wide.safetensors: tensor `blk.1.ffn_router.weight`: shape [2, 128], expected [2, 64]"), "{err}");
+    let out = opu(&["run", "--backend", "reference", "--model", s(&model), "--routers", s(&routers), "hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("backend `reference`") && err.contains("does not skip blocks"), "{err}");
+}
+
 /// `opu rtl emit --config` writes every unit's Verilog, the array sized by the config; `opu rtl synth --json`
 /// reports yosys figures with the keys scripts rely on: a u280 lane computes two W4 products per DSP48E2.
 #[test]

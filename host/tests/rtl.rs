@@ -83,6 +83,41 @@ fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
     eprintln!("per decoded token: {per_token:.0} cycles, {bpc:.2} bytes/cycle, busy {u:?}");
 }
 
+/// The tiny transformer (4 layers, so that a layer reads through the history K/V that a skip two layers
+/// down left) with random routers on both blocks of layers 1..: prefill, then decode steps that skip about half
+/// of the blocks, on the RTL and on the functional simulator: logits, device memory (presence bytes, K/V) and
+/// the skip and history counters equal.
+#[test]
+fn tiny_transformer_with_skipped_blocks_on_the_rtl_equals_the_functional_simulator() {
+    if !models_or_skip("tiny transformer with skipped blocks on the RTL") {
+        return;
+    }
+    use opu_compiler::routers::Block;
+    let m = TinyLlama { n_layer: 4, ..Default::default() };
+    let g = parse_bytes(&m.gguf(), "tiny4.gguf").unwrap();
+    let routers = opu_compiler::testing::random_routers(m.n_layer, m.n_embd, 3, &[Block::Attention, Block::Ffn]);
+    let opts = CompileOptions { routers: Some(routers), ..Default::default() };
+    let config = OverlayConfig::sim();
+    let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
+    let mut sim = SimBackend::open(&g, &config, &opts, 1).unwrap();
+    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let prompt: Vec<u32> = (0..17).map(|i| (i * 31 + 7) % 96).collect();
+    assert_eq!(bits(&rtl.forward(&prompt, true).unwrap()), bits(&sim.forward(&prompt, true).unwrap()), "prefill logits");
+    for t in [5u32, 77, 42, 9, 63, 20] {
+        let (x, y) = (rtl.forward(&[t], false).unwrap(), sim.forward(&[t], false).unwrap());
+        assert_eq!(bits(&x), bits(&y), "decode of token {t} at position {}", sim.position() - 1);
+    }
+    assert_memory_equal(&mut rtl, &mut sim, "after the decode steps");
+    let (rs, ss) = (rtl.stats().unwrap(), sim.stats().unwrap());
+    for k in ["instructions", "macs", "bytes_read", "bytes_written", "passes", "kv_history_hits", "kv_history_misses", "skipped_blocks"] {
+        assert_eq!(rs[k], ss[k], "{k}");
+    }
+    // 7 one-token passes x 6 routed blocks: some skipped, some not; absent positions served by the history
+    let (skipped, hits) = (rs["skipped_blocks"].as_u64().unwrap(), rs["kv_history_hits"].as_u64().unwrap());
+    eprintln!("tiny transformer with routers: {skipped} of 42 blocks skipped, {hits} history hits, {} RTL cycles", rs["cycles"]);
+    assert!((8..=34).contains(&skipped) && hits > 0, "{skipped} skipped, {hits} hits");
+}
+
 /// SmolLM2-135M (the real model, from the model cache; CI fetches it first) for three decode steps on the
 /// RTL and on the functional simulator: the logits bit for bit at every step (the first is the first
 /// generated token of a one-token prompt), all of device memory after them, the RTL's bandwidth efficiency,

@@ -1,0 +1,138 @@
+//! Per-token skipping (docs/skipping.md) on the functional simulator: routers that never skip give the dense
+//! program's bits; routers that skip follow the f32 interpreter run with the same decisions (an independent
+//! implementation of the cross-layer KV semantics), and the history buffer serves exactly the absent reads.
+
+use opu_compiler::gguf::{parse_bytes, Gguf};
+use opu_compiler::interp::Interpreter;
+use opu_compiler::routers::{Block, Router, Routers};
+use opu_compiler::testing::{random_routers, TinyLlama};
+use opu_compiler::CompileOptions;
+use opu_host::backend::Backend;
+use opu_host::sim_backend::SimBackend;
+use opu_hw::OverlayConfig;
+
+/// 4 layers: a skip at layer l with layer l+1 reading that token through the history needs three or more.
+fn tiny4() -> (TinyLlama, Gguf) {
+    let m = TinyLlama { n_layer: 4, ..Default::default() };
+    let g = parse_bytes(&m.gguf(), "tiny4.gguf").unwrap();
+    (m, g)
+}
+
+fn bits(v: &[Vec<f32>]) -> Vec<u32> {
+    v.iter().flatten().map(|x| x.to_bits()).collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn with_routers(routers: Routers) -> CompileOptions {
+    CompileOptions { routers: Some(routers), ..Default::default() }
+}
+
+#[test]
+fn routers_that_never_skip_give_the_dense_program_bit_for_bit() {
+    let (m, g) = tiny4();
+    let mut never = Routers::none(m.n_layer, m.n_embd);
+    for l in 1..m.n_layer {
+        never.layers[l] = [Some(Router::constant(m.n_embd, false)), Some(Router::constant(m.n_embd, false))];
+    }
+    let config = OverlayConfig::sim();
+    let mut dense = SimBackend::open(&g, &config, &CompileOptions::default(), 1).unwrap();
+    let mut routed = SimBackend::open(&g, &config, &with_routers(never), 1).unwrap();
+    assert!(dense.meta().skipping.is_none() && routed.meta().skipping.is_some());
+    // a prefill batch of 16 and 2 one-token passes, then 3 decode steps
+    let prompt: Vec<u32> = (0..18).map(|i| (i * 29 + 3) % 96).collect();
+    assert_eq!(bits(&dense.forward(&prompt, true).unwrap()), bits(&routed.forward(&prompt, true).unwrap()));
+    for t in [5u32, 77, 42] {
+        assert_eq!(bits(&dense.forward(&[t], false).unwrap()), bits(&routed.forward(&[t], false).unwrap()), "token {t}");
+    }
+    let (d, r) = (dense.stats().unwrap(), routed.stats().unwrap());
+    assert_eq!((r["skipped_blocks"].as_u64(), r["kv_history_hits"].as_u64()), (Some(0), Some(0)));
+    // the routed program also reads its routers: 6 per one-token pass, (64 x 2 x 2 + 4) bytes each
+    let extra = r["bytes_read"].as_u64().unwrap() - d["bytes_read"].as_u64().unwrap();
+    assert!(extra >= 5 * 6 * 260, "{extra}");
+}
+
+#[test]
+fn skipping_on_the_sim_follows_the_f32_interpreter_with_the_same_decisions() {
+    let (m, g) = tiny4();
+    // attention routed by random routers (their decisions are the presence bytes), the FFN of layer 2
+    // always skipped and of layer 3 never (constant decisions)
+    let mut routers = random_routers(m.n_layer, m.n_embd, 7, &[Block::Attention]);
+    routers.layers[2][Block::Ffn as usize] = Some(Router::constant(m.n_embd, true));
+    routers.layers[3][Block::Ffn as usize] = Some(Router::constant(m.n_embd, false));
+    let config = OverlayConfig::sim();
+    let mut sim = SimBackend::open(&g, &config, &with_routers(routers), 1).unwrap();
+    let presence = sim.meta().skipping.clone().unwrap().presence_addr;
+    assert_eq!(presence.iter().map(Option::is_some).collect::<Vec<_>>(), [false, true, true, true]);
+    let mut interp = Interpreter::new(&g).unwrap();
+    let mut dense = interp.clone();
+
+    // the prompt executes every block (prefill) in both
+    let prompt: Vec<u32> = (0..16).map(|i| (i * 37 + 5) % 96).collect();
+    sim.forward(&prompt, true).unwrap();
+    interp.forward(&prompt).unwrap();
+    dense.forward(&prompt).unwrap();
+    let (mut worst, mut worst_dense, mut scale) = (0f32, 0f32, 1f32);
+    let mut skipped_attn = vec![0usize; m.n_layer];
+    let mut expected_hits = 0u64;
+    let mut tokens = vec![11u32];
+    for step in 0..24 {
+        let pos = sim.position();
+        let token = tokens[step];
+        let logits = sim.forward(&[token], false).unwrap().remove(0);
+        // the decisions the overlay took at this position, from its presence bytes
+        let mut skips = vec![[false, false]; m.n_layer];
+        for (l, at) in presence.iter().enumerate() {
+            if let Some(at) = at {
+                let mut bytes = vec![0u8; pos + 1];
+                sim.device().mem_read(*at, &mut bytes).unwrap();
+                assert!(bytes[..pos].iter().all(|&b| b <= 1), "presence bytes of layer {l}: {bytes:?}");
+                skips[l][0] = bytes[pos] == 0;
+                skipped_attn[l] += usize::from(skips[l][0]);
+                // attn at this layer reads positions 0..=pos, each absent one from the history, per KV head
+                expected_hits += m.n_head_kv as u64 * bytes.iter().filter(|&&b| b == 0).count() as u64;
+            }
+        }
+        skips[2][1] = true;
+        let want = interp.forward_skipping(token, &skips).unwrap().logits.remove(0);
+        let plain = dense.forward(&[token]).unwrap().logits.remove(0);
+        scale = scale.max(want.iter().fold(0.0f32, |a, v| a.max(v.abs())));
+        worst = worst.max(max_abs_diff(&logits, &want));
+        worst_dense = worst_dense.max(max_abs_diff(&plain, &want));
+        // teacher forcing by the interpreter's greedy token
+        tokens.push(want.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32);
+    }
+    eprintln!("skipped attention per layer {skipped_attn:?} of 24; max |sim - interp| {worst} (logit scale {scale}), dense vs skipping {worst_dense}");
+    // random routers skip some attention blocks and execute others at every routed layer
+    assert!(skipped_attn[1..].iter().all(|&n| (1..=23).contains(&n)), "{skipped_attn:?}");
+    // the overlay computes what the interpreter computes with the same decisions (as close as dense is) ...
+    assert!(worst <= 0.02 * scale, "max |d| {worst} (logit scale {scale})");
+    // ... and that is not the dense model: the test sees the skips
+    assert!(worst_dense > 5.0 * worst, "dense {worst_dense} vs skipping {worst}");
+    let stats = sim.stats().unwrap();
+    // every skipped attention and every layer-2 FFN of the 24 decode passes
+    let skipped: usize = skipped_attn.iter().sum::<usize>() + 24;
+    assert_eq!(stats["skipped_blocks"].as_u64().unwrap(), skipped as u64);
+    assert_eq!(stats["kv_history_hits"].as_u64().unwrap(), expected_hits);
+}
+
+#[test]
+fn routers_are_refused_where_the_history_cannot_serve_the_context() {
+    let (m, g) = tiny4();
+    let routers = random_routers(m.n_layer, m.n_embd, 1, &[Block::Attention]);
+    let mut config = OverlayConfig::sim();
+    config.kv_history_slots = 32;
+    // by default the context is capped at the slots; asking for more is refused
+    assert_eq!(opu_compiler::compile(&g, &config, &with_routers(routers.clone())).unwrap().meta.max_context, 32);
+    let opts = CompileOptions { max_context: Some(64), routers: Some(routers.clone()), ..Default::default() };
+    let e = opu_compiler::compile(&g, &config, &opts).err().unwrap().to_string();
+    assert!(e.contains("history buffer of 32 slots") && e.contains("--max-context <= 32 (asked 64)"), "{e}");
+    // routers of another model
+    let other = Routers::none(3, m.n_embd);
+    let mut bad = other.clone();
+    bad.layers[1][0] = routers.layers[1][0].clone();
+    let e = opu_compiler::compile(&g, &OverlayConfig::sim(), &with_routers(bad)).err().unwrap().to_string();
+    assert!(e.contains("routers for 3 layers of hidden 64, the model has 4 layers"), "{e}");
+}
