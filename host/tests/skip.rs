@@ -116,6 +116,14 @@ fn skipping_on_the_sim_follows_the_f32_interpreter_with_the_same_decisions() {
     let skipped: usize = skipped_attn.iter().sum::<usize>() + 24;
     assert_eq!(stats["skipped_blocks"].as_u64().unwrap(), skipped as u64);
     assert_eq!(stats["kv_history_hits"].as_u64().unwrap(), expected_hits);
+    // the backend's skip figures: 24 passes x (3 routed attention + 2 routed FFN blocks)
+    let f = &stats["skip"];
+    assert_eq!((f["decisions"].as_u64(), f["skipped_blocks"].as_u64()), (Some(24 * 5), Some(skipped as u64)));
+    assert_eq!(f["realised_skip_rate"].as_f64().unwrap(), skipped as f64 / 120.0);
+    assert_eq!(f["ffn_skip_rate"].as_f64().unwrap(), 0.5);
+    let per_layer: Vec<Option<f64>> = f["attention_skip_rate_per_layer"].as_array().unwrap().iter().map(|v| v.as_f64()).collect();
+    let want: Vec<Option<f64>> = skipped_attn.iter().enumerate().map(|(l, &n)| (l > 0).then(|| n as f64 / 24.0)).collect();
+    assert_eq!(per_layer, want);
 }
 
 #[test]
