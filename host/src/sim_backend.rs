@@ -152,12 +152,13 @@ impl SimBackend {
             self.decode_counters.add(&run);
             self.decode_passes += 1;
             // this position's attention decisions: its presence byte of every routed layer (0 = skipped)
-            let presence: Vec<Option<u64>> = self.meta.skipping.as_ref().map(|s| s.presence_addr.clone()).unwrap_or_default();
-            for (l, at) in presence.iter().enumerate() {
-                if let Some(at) = at {
-                    let mut b = [0u8];
-                    self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
-                    self.attention_skipped[l] += u64::from(b[0] == 0);
+            if let Some(skipping) = &self.meta.skipping {
+                for (l, at) in skipping.presence_addr.iter().enumerate() {
+                    if let Some(at) = at {
+                        let mut b = [0u8];
+                        self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
+                        self.attention_skipped[l] += u64::from(b[0] == 0);
+                    }
                 }
             }
         }

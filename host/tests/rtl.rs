@@ -33,6 +33,25 @@ fn assert_memory_equal(rtl: &mut SimBackend, sim: &mut SimBackend, when: &str) {
     }
 }
 
+fn bits(v: &[Vec<f32>]) -> Vec<u32> {
+    v.iter().flatten().map(|x| x.to_bits()).collect()
+}
+
+/// One-token passes of `tokens` on both devices with equal logits, then all of device memory and every counter
+/// of the two equal; returns both stats.
+fn decode_equal(rtl: &mut SimBackend, sim: &mut SimBackend, tokens: &[u32]) -> (serde_json::Value, serde_json::Value) {
+    for &t in tokens {
+        let (x, y) = (rtl.forward(&[t], false).unwrap(), sim.forward(&[t], false).unwrap());
+        assert_eq!(bits(&x), bits(&y), "decode of token {t} at position {}", sim.position() - 1);
+    }
+    assert_memory_equal(rtl, sim, "after the decode steps");
+    let (rs, ss) = (rtl.stats().unwrap(), sim.stats().unwrap());
+    for k in ["instructions", "macs", "bytes_read", "bytes_written", "passes", "kv_history_hits", "kv_history_misses", "skipped_blocks"] {
+        assert_eq!(rs[k], ss[k], "{k}");
+    }
+    (rs, ss)
+}
+
 #[test]
 fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
     if !models_or_skip("tiny transformer on the RTL") {
@@ -47,20 +66,11 @@ fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
     // prefill: a batch of 16 through `prefill`, two more through `decode`; then three decode steps
     let prompt: Vec<u32> = (0..18).map(|i| (i * 29 + 3) % 96).collect();
     let (a, b) = (rtl.forward(&prompt, true).unwrap(), sim.forward(&prompt, true).unwrap());
-    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(a.len(), 18);
     assert_eq!(bits(&a), bits(&b), "prefill logits");
     assert_memory_equal(&mut rtl, &mut sim, "after the prefill");
-    for t in [5u32, 77, 42] {
-        let (x, y) = (rtl.forward(&[t], false).unwrap(), sim.forward(&[t], false).unwrap());
-        assert_eq!(bits(&x), bits(&y), "decode of token {t} at position {}", sim.position() - 1);
-    }
-    assert_memory_equal(&mut rtl, &mut sim, "after the decode steps");
     // the RTL counts what the functional simulator counts, and real cycles
-    let (rs, ss) = (rtl.stats().unwrap(), sim.stats().unwrap());
-    for k in ["instructions", "macs", "bytes_read", "bytes_written", "passes", "kv_history_hits", "kv_history_misses", "skipped_blocks"] {
-        assert_eq!(rs[k], ss[k], "{k}");
-    }
+    let (rs, ss) = decode_equal(&mut rtl, &mut sim, &[5, 77, 42]);
     let cycles = rs["cycles"].as_u64().unwrap();
     eprintln!("tiny transformer, 21 tokens in 6 passes: {cycles} RTL cycles (functional estimate {})", ss["cycles_estimate"]);
     assert!(cycles > 1000, "{cycles} cycles");
@@ -100,18 +110,9 @@ fn tiny_transformer_with_skipped_blocks_on_the_rtl_equals_the_functional_simulat
     let config = OverlayConfig::sim();
     let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
     let mut sim = SimBackend::open(&g, &config, &opts, 1).unwrap();
-    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
     let prompt: Vec<u32> = (0..17).map(|i| (i * 31 + 7) % 96).collect();
     assert_eq!(bits(&rtl.forward(&prompt, true).unwrap()), bits(&sim.forward(&prompt, true).unwrap()), "prefill logits");
-    for t in [5u32, 77, 42, 9, 63, 20] {
-        let (x, y) = (rtl.forward(&[t], false).unwrap(), sim.forward(&[t], false).unwrap());
-        assert_eq!(bits(&x), bits(&y), "decode of token {t} at position {}", sim.position() - 1);
-    }
-    assert_memory_equal(&mut rtl, &mut sim, "after the decode steps");
-    let (rs, ss) = (rtl.stats().unwrap(), sim.stats().unwrap());
-    for k in ["instructions", "macs", "bytes_read", "bytes_written", "passes", "kv_history_hits", "kv_history_misses", "skipped_blocks"] {
-        assert_eq!(rs[k], ss[k], "{k}");
-    }
+    let (rs, _) = decode_equal(&mut rtl, &mut sim, &[5, 77, 42, 9, 63, 20]);
     // 7 one-token passes x 6 routed blocks: some skipped, some not; absent positions served by the history
     let (skipped, hits) = (rs["skipped_blocks"].as_u64().unwrap(), rs["kv_history_hits"].as_u64().unwrap());
     eprintln!("tiny transformer with routers: {skipped} of 42 blocks skipped, {hits} history hits, {} RTL cycles", rs["cycles"]);
@@ -134,7 +135,6 @@ fn smollm2_decode_on_the_rtl_equals_the_functional_simulator() {
     let opts = CompileOptions { max_context: Some(64), ..Default::default() };
     let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
     let mut sim = SimBackend::open(&g, &config, &opts, 1).unwrap();
-    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
     // "Hi", then the greedy tokens
     let mut token = 26843u32;
     let mut generated = Vec::new();
