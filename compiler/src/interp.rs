@@ -10,8 +10,9 @@
 //! layer's KV cache before attending causally. A batch gives the same bits as the same tokens one at a time.
 
 use crate::gguf::Gguf;
-use crate::ir::{build_llama, Graph, Op, Shape};
+use crate::ir::{build_llama, Block, Graph, Op, Shape};
 use crate::llama::{tensor, LlamaConfig, ModelError};
+use crate::routers::Routers;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -22,6 +23,17 @@ pub struct Forward {
     pub logits: Vec<Vec<f32>>,
     /// `[layer][position][n_embd]`: the residual stream after each layer ([`Graph::layer_outputs`]).
     pub layer_hidden: Vec<Vec<Vec<f32>>>,
+}
+
+/// A block's residual add as [`Interpreter::forward_observed`] sees it: `n` rows each (one per token).
+#[derive(Clone, Copy, Debug)]
+pub struct BlockUpdate<'a> {
+    pub layer: usize,
+    pub block: Block,
+    /// The block's input: the residual stream before its RMSNorm (what the block's router reads).
+    pub input: &'a [f32],
+    /// What the block adds to it.
+    pub update: &'a [f32],
 }
 
 /// One layer's KV cache: a row of `n_head_kv * head_dim` per position.
@@ -101,7 +113,13 @@ impl Interpreter {
 
     /// Runs `tokens` at the next positions; returns the logits and the per-layer hidden states at each.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Forward, ModelError> {
-        self.run(tokens, None)
+        self.run(tokens, None, None)
+    }
+
+    /// [`Interpreter::forward`], calling `observe` at every block's residual add with the block's input and
+    /// update rows (what router calibration measures, `crate::calibrate`).
+    pub fn forward_observed(&mut self, tokens: &[u32], observe: &mut dyn FnMut(BlockUpdate<'_>)) -> Result<Forward, ModelError> {
+        self.run(tokens, None, Some(observe))
     }
 
     /// Runs one token at the next position with the blocks `skips[layer] = [attention, ffn]` skipped
@@ -113,10 +131,36 @@ impl Interpreter {
         if skips.len() != layers || skips.first().is_some_and(|s| s[0] || s[1]) {
             return Err(ModelError::Input { what: format!("skips for {} layers with layer 0 executing, the graph has {layers}", skips.len()) });
         }
-        self.run(&[token], Some(skips))
+        self.run(&[token], Some(&mut |l: usize, b: Block, _: &[f32]| skips[l][b as usize]), None)
     }
 
-    fn run(&mut self, tokens: &[u32], skips: Option<&[[bool; 2]]>) -> Result<Forward, ModelError> {
+    /// Runs one token at the next position with each block's router deciding on the block's input, as
+    /// [`Interpreter::forward_skipping`] skips (the float model of a program compiled with `routers`).
+    /// Returns the pass and its decisions, `[layer] = [attention, ffn]` (true: skipped).
+    pub fn forward_routed(&mut self, token: u32, routers: &Routers) -> Result<(Forward, Vec<[bool; 2]>), ModelError> {
+        let layers = self.graph.layer_outputs.len();
+        if routers.layers.len() != layers || routers.layers.first().is_some_and(|r| r.iter().any(Option::is_some)) {
+            return Err(ModelError::Input { what: format!("routers for {} layers, the graph has {layers} (layer 0 takes none)", routers.layers.len()) });
+        }
+        let mut decisions = vec![[false; 2]; layers];
+        let fwd = self.run(
+            &[token],
+            Some(&mut |l: usize, b: Block, x: &[f32]| {
+                let skip = routers.get(l, b).is_some_and(|r| r.skips(x));
+                decisions[l][b as usize] = skip;
+                skip
+            }),
+            None,
+        )?;
+        Ok((fwd, decisions))
+    }
+
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        mut skips: Option<&mut dyn FnMut(usize, Block, &[f32]) -> bool>,
+        mut observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
+    ) -> Result<Forward, ModelError> {
         let input_err = |what: String| Err(ModelError::Input { what });
         let n = tokens.len();
         if n == 0 {
@@ -144,12 +188,14 @@ impl Interpreter {
         // Activations: `n` rows of the value's length, flat. The token input is `tokens` itself.
         let mut values: Vec<Option<Vec<f32>>> = vec![None; count];
         let token_input = graph.inputs[0].value;
+        // each block's decision, taken at its first node (its RMSNorm, whose input is the block's input)
+        let mut decided: Vec<[Option<bool>; 2]> = vec![[None; 2]; graph.layer_outputs.len()];
 
         for (i, node) in graph.nodes.iter().enumerate() {
             let arg = |j: usize| values[node.inputs[j].index()].as_deref().expect("checked: defined before use");
             let len = node.shape.len();
-            let skipped = match (skips, node.layer, node.block) {
-                (Some(s), Some(l), Some(b)) => s[l][b as usize],
+            let skipped = match (skips.as_mut(), node.layer, node.block) {
+                (Some(decide), Some(l), Some(b)) => *decided[l][b as usize].get_or_insert_with(|| decide(l, b, arg(0))),
                 _ => false,
             };
             if skipped {
@@ -185,7 +231,12 @@ impl Interpreter {
                     attention(arg(0), cache, *n_head, *n_head_kv, *head_dim, self.pos)
                 }
                 Op::SwiGlu => arg(0).iter().zip(arg(1)).map(|(&g, &u)| silu(g) * u).collect(),
-                Op::Add => arg(0).iter().zip(arg(1)).map(|(&a, &b)| a + b).collect(),
+                Op::Add => {
+                    if let (Some(observe), Some(layer), Some(block)) = (observe.as_mut(), node.layer, node.block) {
+                        observe(BlockUpdate { layer, block, input: arg(0), update: arg(1) });
+                    }
+                    arg(0).iter().zip(arg(1)).map(|(&a, &b)| a + b).collect()
+                }
             };
             debug_assert_eq!(out.len(), n * len, "node `{}`", node.name);
             values[node.output.index()] = Some(out);

@@ -3,10 +3,11 @@
 //! - [`gguf`]: the GGUF reader (fuzz-safe; memory-mapped tensor data).
 //! - [`llama`]: the llama architecture's hyperparameters and tensors, checked against each other.
 //! - [`ir`] and [`interp`]: the graph IR and its f32 interpreter; [`quantize`]: weights in overlay formats.
-//! - [`routers`]: per-token routers (safetensors), [`lower`]: lowering to programs, [`plan`]: memory plans.
+//! - [`routers`]: per-token routers (safetensors), [`calibrate`]: routers fitted to text, [`lower`]: lowering to programs, [`plan`]: memory plans.
 
 pub use opu_hw as hw;
 
+pub mod calibrate;
 pub mod gguf;
 pub mod interp;
 pub mod ir;

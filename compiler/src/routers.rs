@@ -29,6 +29,15 @@ impl Router {
         Router { weight: vec![0.0; 2 * hidden], bias: if skip { [0.0, 1.0] } else { [1.0, 0.0] } }
     }
 
+    /// The decision on a block input `x` (FP32 values, rounded to FP16 as the overlay holds them), by the
+    /// overlay's rule (`opu_hw::numerics::router::route`): true when the block is skipped.
+    pub fn skips(&self, x: &[f32]) -> bool {
+        let h = self.weight.len() / 2;
+        let q = |v: &[f32]| v.iter().map(|&x| f32_to_f16(x)).collect::<Vec<u16>>();
+        let (xq, w) = (q(x), q(&self.weight));
+        opu_hw::numerics::router::route(&xq, &w[..h], &w[h..], [f32_to_f16(self.bias[0]), f32_to_f16(self.bias[1])]).2
+    }
+
     /// The router's `route` operand as the overlay reads it (docs/isa.md): the execute row and the skip row
     /// as FP16, then the two FP16 biases. With `hidden` a multiple of 16 each row and the biases start on a
     /// 32-byte line.

@@ -1,9 +1,13 @@
 //! `opu eval`: a backend measured against another, teacher-forced.
 //!
-//! For each prompt, the `against` backend generates N greedy tokens; then prompt + those tokens is fed at
-//! once to both backends, and at every position that predicts a generated token we compare the logit
-//! vectors: top-1 agreement (the backend's argmax equals the reference token), cosine similarity, and the
-//! largest absolute difference.
+//! For each prompt, the `against` backend generates N greedy tokens; then prompt + those tokens is fed to
+//! both backends as generation feeds them (the prompt as one prefill pass, then one decode pass per token,
+//! so routers skip blocks as they do when generating), and at every position that predicts a generated
+//! token we compare the logit vectors: top-1 agreement (the backend's argmax equals the reference token),
+//! the mean KL divergence of the softmax distributions (reference to backend), the cosine similarity of the
+//! logits plain and centered (each vector less its mean: the plain cosine of logits that share a large
+//! common offset stays near 1 even when the distributions differ), and the largest absolute difference. A
+//! NaN logit makes every figure NaN and is counted (`nan_positions`); `opu eval` then fails.
 
 use crate::runtime::{GenerateParams, Session};
 use anyhow::{bail, Context, Result};
@@ -40,8 +44,14 @@ pub fn read_prompts(path: &Path) -> Result<Vec<Prompt>> {
 pub struct Agreement {
     pub positions: usize,
     pub top1_agreement: f64,
+    /// Mean KL(reference || backend) of the softmax distributions, nats.
+    pub mean_kl: f64,
     pub mean_logit_cosine: f64,
+    /// The cosine of the logits each less its mean.
+    pub mean_centered_cosine: f64,
     pub max_abs_logit_diff: f64,
+    /// Positions where either side has a NaN logit (every figure is then NaN).
+    pub nan_positions: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -67,41 +77,69 @@ pub struct EvalReport {
 struct Tally {
     positions: usize,
     agree: usize,
+    kl_sum: f64,
     cosine_sum: f64,
+    centered_sum: f64,
     max_abs: f64,
+    nan: usize,
+}
+
+/// The cosine of `a` and `b`, each first less `shift` of its mean (0: plain, 1: centered).
+fn cosine(a: &[f32], b: &[f32], centered: bool) -> f64 {
+    let mean = |v: &[f32]| if centered { v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len().max(1) as f64 } else { 0.0 };
+    let (ma, mb) = (mean(a), mean(b));
+    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x) - ma, f64::from(y) - mb);
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    dot / (na.sqrt() * nb.sqrt()).max(f64::MIN_POSITIVE)
 }
 
 impl Tally {
     fn add(&mut self, logits: &[f32], reference: &[f32], next_token: u32) {
         self.positions += 1;
+        if logits.iter().chain(reference).any(|x| x.is_nan()) {
+            self.nan += 1;
+        }
         if opu_hw::numerics::vector::argmax(logits.iter().copied()) == next_token {
             self.agree += 1;
         }
-        let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
         for (&a, &b) in logits.iter().zip(reference) {
-            let (a, b) = (f64::from(a), f64::from(b));
-            dot += a * b;
-            na += a * a;
-            nb += b * b;
-            self.max_abs = self.max_abs.max((a - b).abs());
+            let d = (f64::from(a) - f64::from(b)).abs();
+            // NaN-propagating (f64::max drops a NaN)
+            self.max_abs = if d.is_nan() || self.max_abs.is_nan() { f64::NAN } else { self.max_abs.max(d) };
         }
-        self.cosine_sum += dot / (na.sqrt() * nb.sqrt()).max(f64::MIN_POSITIVE);
+        use opu_compiler::calibrate::{kl_divergence, log_softmax};
+        self.kl_sum += kl_divergence(&log_softmax(reference), &log_softmax(logits));
+        self.cosine_sum += cosine(logits, reference, false);
+        self.centered_sum += cosine(logits, reference, true);
     }
 
     fn merge(&mut self, o: &Tally) {
         self.positions += o.positions;
         self.agree += o.agree;
+        self.kl_sum += o.kl_sum;
         self.cosine_sum += o.cosine_sum;
-        self.max_abs = self.max_abs.max(o.max_abs);
+        self.centered_sum += o.centered_sum;
+        self.max_abs = if o.max_abs.is_nan() { f64::NAN } else { self.max_abs.max(o.max_abs) };
+        self.nan += o.nan;
     }
 
     fn agreement(&self) -> Agreement {
         let n = self.positions.max(1) as f64;
+        // a NaN logit shows in every figure (the argmax alone would hide it)
+        let nan = if self.nan > 0 { f64::NAN } else { 0.0 };
         Agreement {
             positions: self.positions,
-            top1_agreement: self.agree as f64 / n,
-            mean_logit_cosine: self.cosine_sum / n,
-            max_abs_logit_diff: self.max_abs,
+            top1_agreement: self.agree as f64 / n + nan,
+            mean_kl: self.kl_sum / n + nan,
+            mean_logit_cosine: self.cosine_sum / n + nan,
+            mean_centered_cosine: self.centered_sum / n + nan,
+            max_abs_logit_diff: self.max_abs + nan,
+            nan_positions: self.nan,
         }
     }
 }
@@ -116,8 +154,8 @@ pub fn evaluate(backend: &mut Session, against: &mut Session, prompts: &[Prompt]
         let gen = against.generate(&prompt_ids, &params, |_| {}).with_context(|| format!("prompt `{}` on the reference", p.name))?;
         let mut seq = prompt_ids.clone();
         seq.extend(&gen.generated_ids);
-        let reference = against.teacher_force(&seq)?;
-        let logits = backend.teacher_force(&seq).with_context(|| format!("prompt `{}` on the backend", p.name))?;
+        let reference = against.teacher_force_decoding(&seq, prompt_ids.len())?;
+        let logits = backend.teacher_force_decoding(&seq, prompt_ids.len()).with_context(|| format!("prompt `{}` on the backend", p.name))?;
         let mut tally = Tally::default();
         // Position i predicts token i + 1: compare the positions that predict the generated tokens.
         for i in prompt_ids.len() - 1..seq.len() - 1 {
@@ -155,6 +193,28 @@ mod tests {
         assert_eq!(a.max_abs_logit_diff, 1.5);
         let cos2 = (1.0 + 6.0 + 7.0) / ((1.0f64 + 4.0 + 12.25).sqrt() * 14f64.sqrt());
         assert!((a.mean_logit_cosine - (1.0 + cos2) / 2.0).abs() < 1e-12);
+        // centered: [-1.1667, -0.1667, 1.3333] against [-1, 1, 0]
+        let (x, y) = ([-7.0 / 6.0, -1.0 / 6.0, 8.0 / 6.0f64], [-1.0, 1.0, 0.0f64]);
+        let c2 = (x[0] * y[0] + x[1] * y[1]) / ((x.iter().map(|v| v * v).sum::<f64>()).sqrt() * 2f64.sqrt());
+        assert!((a.mean_centered_cosine - (1.0 + c2) / 2.0).abs() < 1e-12, "{}", a.mean_centered_cosine);
+        // KL(reference || backend), by hand with f64 softmaxes
+        let sm = |v: [f64; 3]| { let z: f64 = v.iter().map(|x| x.exp()).sum(); v.map(|x| x.exp() / z) };
+        let (p, q) = (sm([1.0, 3.0, 2.0]), sm([1.0, 2.0, 3.5]));
+        let kl: f64 = (0..3).map(|i| p[i] * (p[i] / q[i]).ln()).sum();
+        assert!((a.mean_kl - kl / 2.0).abs() < 1e-12, "{} vs {}", a.mean_kl, kl / 2.0);
+        // a shift of all logits changes neither the centered cosine nor the KL, only the plain cosine
+        let mut s = Tally::default();
+        s.add(&[101.0, 102.0, 103.5], &[1.0, 3.0, 2.0], 1);
+        assert!((s.agreement().mean_centered_cosine - c2).abs() < 1e-12 && (s.agreement().mean_kl - kl).abs() < 1e-9);
+        assert!(s.agreement().mean_logit_cosine > 0.9);
+        assert_eq!(a.nan_positions, 0);
+        // one NaN logit: counted, and every figure is NaN
+        t.add(&[1.0, f32::NAN, 2.0], &[1.0, 3.0, 2.0], 1);
+        let a = t.agreement();
+        assert_eq!(a.nan_positions, 1);
+        for v in [a.top1_agreement, a.mean_kl, a.mean_logit_cosine, a.mean_centered_cosine, a.max_abs_logit_diff] {
+            assert!(v.is_nan());
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `opu-host`: the OPU runtime.
 //!
 //! - [`cache`]: the model cache (`opu fetch`), models fetched from their registry and checked by SHA-256.
+//! - [`calibration`]: routers calibrated for a target skip rate (`--skip`), cached in the model cache.
 //! - [`tokenizer`]: the tokenizer and chat template, built from the GGUF's metadata.
 //! - [`backend`]: the `Backend` trait and opening a backend by name (`reference`, `auto`, ...).
 //! - [`loader`]: a program container onto any `Device`, and running an entry point.
@@ -14,6 +15,7 @@
 
 pub mod backend;
 pub mod cache;
+pub mod calibration;
 pub mod eval;
 pub mod exec;
 pub mod loader;

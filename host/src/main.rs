@@ -137,8 +137,41 @@ enum Command {
         /// Per-token routers (safetensors, docs/skipping.md): decode passes skip blocks.
         #[arg(long)]
         routers: Option<PathBuf>,
+        #[command(flatten)]
+        skip: SkipArgs,
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Calibrate per-token routers for a skip rate on a text and write them (safetensors, docs/skipping.md).
+    Calibrate {
+        /// A GGUF file, or the name of a known model.
+        #[arg(long)]
+        model: Option<String>,
+        /// Target share of skipped attention and FFN decisions (layers 1..).
+        #[arg(long, value_parser = opu_host::calibration::parse_rate)]
+        skip: f64,
+        /// Calibration text (default: /usr/share/common-licenses/GPL-3).
+        #[arg(long)]
+        text: Option<PathBuf>,
+        /// Tokens of the text used, from its start.
+        #[arg(long, default_value_t = 2048)]
+        tokens: usize,
+        /// Which blocks may skip: `attn`, `ffn` or `attn,ffn` (the rate stays a share of all decisions).
+        #[arg(long, default_value = "attn,ffn", value_parser = opu_host::calibration::parse_blocks)]
+        blocks: [bool; 2],
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Measure the routers on this held-out text in the float model (the f32 interpreter): sequences of
+        /// 64 tokens, the first 16 a dense prompt, the rest decoded teacher-forced with skipping, against
+        /// dense (top-1 agreement, KL, perplexities). Must not be the calibration text.
+        #[arg(long)]
+        check: Option<PathBuf>,
+        /// Tokens of the --check text used.
+        #[arg(long, default_value_t = 512)]
+        check_tokens: usize,
+        /// The calibration report as JSON (per block: mean relative update, fit R^2, skip rate).
+        #[arg(long)]
+        json: bool,
     },
     /// Describe a program container: sections, instructions by class, weight bytes, bytes per decode token.
     Inspect {
@@ -232,6 +265,47 @@ struct ModelArgs {
     /// blocks per decoded token.
     #[arg(long)]
     routers: Option<PathBuf>,
+    #[command(flatten)]
+    skip: SkipArgs,
+}
+
+/// Routers calibrated for a skip rate (docs/skipping.md, "Calibration").
+#[derive(clap::Args, Clone, Default)]
+struct SkipArgs {
+    /// Skip this share of the attention and FFN decisions of decoded tokens (layers 1..), with routers
+    /// calibrated on --calibration-text and cached in the model cache; 0 runs the dense program.
+    #[arg(long, value_parser = opu_host::calibration::parse_rate, conflicts_with = "routers")]
+    skip: Option<f64>,
+    /// Calibration text for --skip (default: /usr/share/common-licenses/GPL-3).
+    #[arg(long, requires = "skip")]
+    calibration_text: Option<PathBuf>,
+}
+
+impl SkipArgs {
+    /// The calibrated routers' file for the model at `path` (None for no or zero --skip).
+    fn routers_file(&self, path: &Path, quiet: bool) -> Result<Option<PathBuf>> {
+        let Some(rate) = self.skip.filter(|&r| r > 0.0) else { return Ok(None) };
+        let g = opu_compiler::gguf::Gguf::open(path)?;
+        let mut spec = opu_host::calibration::Spec::new(rate);
+        if let Some(t) = &self.calibration_text {
+            spec.text = t.clone();
+        }
+        let cal = opu_host::calibration::routers_for(&g, path, &spec, &mut |line| {
+            if !quiet {
+                eprintln!("{line}");
+            }
+        })?;
+        if !quiet {
+            eprintln!(
+                "routers for --skip {rate}: {} ({}; {} routed blocks, {:.1}% of the calibration decisions skipped)",
+                cal.file.display(),
+                if cal.cached { "cached" } else { "calibrated" },
+                cal.routers.count(),
+                100.0 * cal.report["calibration_rate"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+        Ok(Some(cal.file))
+    }
 }
 
 /// A waveform of the RTL (`exec --backend rtl`, `cosim`).
@@ -328,7 +402,18 @@ impl ModelArgs {
         let spinner = if quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
         spinner.set_message(format!("loading {} on the {} backend", path.display(), self.backend));
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-        let session = Session::open_with_routers(&path, &self.backend, &config, self.routers.as_deref());
+        let calibrated = if self.skip.skip.is_some_and(|r| r > 0.0) && matches!(self.backend.as_str(), "reference" | "auto") {
+            // refused below, before minutes of calibration
+            None
+        } else {
+            self.skip.routers_file(&path, quiet)?
+        };
+        let routers = calibrated.as_deref().or(self.routers.as_deref());
+        let session = if self.skip.skip.is_some_and(|r| r > 0.0) && calibrated.is_none() {
+            Err(anyhow::anyhow!("backend `{}`: the reference path runs the dense float model and does not skip blocks; --skip runs on the sim and rtl backends", self.backend))
+        } else {
+            Session::open_with_routers(&path, &self.backend, &config, routers)
+        };
         spinner.finish_and_clear();
         let session = session?;
         if let (Some(note), false) = (&session.backend_note, quiet) {
@@ -479,7 +564,7 @@ fn run(cli: Cli) -> Result<()> {
                 None
             };
             // the backend under test with its routers, against the dense program (or the float reference)
-            let mut reference = ModelArgs { backend: against, routers: None, ..model }.open(true, None)?;
+            let mut reference = ModelArgs { backend: against, routers: None, skip: SkipArgs::default(), ..model }.open(true, None)?;
             let report = eval::evaluate(&mut backend, &mut reference, &prompts, tokens)?;
             if json {
                 let mut v = serde_json::to_value(&report)?;
@@ -495,15 +580,29 @@ fn run(cli: Cli) -> Result<()> {
                     }
                 }
                 println!("{} against {}, {} greedy tokens per prompt, teacher-forced:", report.backend, report.against, tokens);
-                println!("  {:<20} {:>9} {:>14} {:>12} {:>14}", "prompt", "positions", "top-1 agree", "mean cosine", "max |dlogit|");
+                println!(
+                    "  {:<20} {:>9} {:>12} {:>10} {:>12} {:>12} {:>13}",
+                    "prompt", "positions", "top-1 agree", "mean KL", "mean cosine", "centered cos", "max |dlogit|"
+                );
                 let row = |name: &str, a: &eval::Agreement| {
-                    println!("  {:<20} {:>9} {:>14.4} {:>12.6} {:>14.4}", name, a.positions, a.top1_agreement, a.mean_logit_cosine, a.max_abs_logit_diff)
+                    println!(
+                        "  {:<20} {:>9} {:>12.4} {:>10.3e} {:>12.6} {:>12.6} {:>13.4}",
+                        name, a.positions, a.top1_agreement, a.mean_kl, a.mean_logit_cosine, a.mean_centered_cosine, a.max_abs_logit_diff
+                    )
                 };
                 for p in &report.prompts {
                     row(&p.name, &p.agreement);
                 }
                 row("overall", &report.overall);
             }
+            anyhow::ensure!(
+                report.overall.nan_positions == 0,
+                "{} of {} positions have NaN logits (backend `{}` or `{}`)",
+                report.overall.nan_positions,
+                report.overall.positions,
+                report.backend,
+                report.against
+            );
         }
         Command::Bench { model, prompt_tokens, decode_tokens, json } => {
             anyhow::ensure!(prompt_tokens > 0, "--prompt-tokens must be at least 1");
@@ -522,6 +621,7 @@ fn run(cli: Cli) -> Result<()> {
                     config: config.to_string(),
                     // the reference path runs the dense float model
                     routers: if backend == "reference" { None } else { model.routers.clone() },
+                    skip: if backend == "reference" { SkipArgs::default() } else { model.skip.clone() },
                 }.open(json, Some(1))?;
                 // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
                 let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
@@ -601,9 +701,10 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Compile { model, config, max_context, trace_layers, routers, output } => {
+        Command::Compile { model, config, max_context, trace_layers, routers, skip, output } => {
             let config = OverlayConfig::from_name_or_path(&config)?;
             let path = cache::resolve_model(Some(&model), false)?;
+            let routers = skip.routers_file(&path, false)?.or(routers);
             let t = std::time::Instant::now();
             let g = opu_compiler::gguf::Gguf::open(&path)?;
             let routers = match routers {
@@ -632,6 +733,75 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("  requantized {} ({} -> {}): max |error| {:.3e}, relative L2 {:.3e}", t.name, t.gguf_type, t.overlay, t.max_abs_error, t.relative_l2_error);
             }
             eprintln!("  {} tensors mapped exactly; FP16 embedding table max relative rounding {:.2e}", m.tensors.len() - inexact.len(), m.embedding_f16_max_rel_error);
+        }
+        Command::Calibrate { model, skip, text, tokens, blocks, output, check, check_tokens, json } => {
+            let path = cache::resolve_model(model.as_deref(), json)?;
+            let g = opu_compiler::gguf::Gguf::open(&path)?;
+            let mut spec = opu_host::calibration::Spec::new(skip);
+            spec.tokens = tokens;
+            spec.blocks = blocks;
+            if let Some(t) = text {
+                spec.text = t;
+            }
+            if let Some(c) = &check {
+                anyhow::ensure!(
+                    std::fs::canonicalize(c).ok() != std::fs::canonicalize(&spec.text).ok(),
+                    "--check {}: the held-out text must not be the calibration text",
+                    c.display()
+                );
+            }
+            let mut cal = opu_host::calibration::routers_for(&g, &path, &spec, &mut |line| eprintln!("{line}"))?;
+            std::fs::copy(&cal.file, &output).with_context(|| format!("writing {}", output.display()))?;
+            if let Some(c) = &check {
+                let text = std::fs::read_to_string(c).with_context(|| format!("--check {}: cannot read", c.display()))?;
+                let tok = opu_host::tokenizer::Tokenizer::from_gguf(&g)?;
+                let ids = tok.encode(&text)?;
+                let sequences: Vec<Vec<u32>> = ids[..ids.len().min(check_tokens)].chunks(64).map(<[u32]>::to_vec).collect();
+                eprintln!("measuring on {} tokens of {} (f32 interpreter)", sequences.iter().map(Vec::len).sum::<usize>(), c.display());
+                let mut interp = opu_compiler::interp::Interpreter::new(&g)?;
+                let q = opu_compiler::calibrate::measure_skipping(&mut interp, &cal.routers, &sequences, 16)?;
+                cal.report["check"] = serde_json::to_value(&q)?;
+                cal.report["check"]["text"] = serde_json::json!(c.display().to_string());
+                if !json {
+                    println!(
+                        "held-out {} ({} positions): realised skip {:.1}% (attention {:.1}%), top-1 agreement {:.4}, mean KL {:.4}, perplexity {:.3} dense -> {:.3} ({:.3}x)",
+                        c.display(),
+                        q.positions,
+                        100.0 * q.realised_rate,
+                        100.0 * q.attention_rate,
+                        q.top1_agreement,
+                        q.mean_kl,
+                        q.dense_perplexity,
+                        q.skip_perplexity,
+                        q.skip_perplexity / q.dense_perplexity
+                    );
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&cal.report)?);
+            } else {
+                let r = &cal.report;
+                println!(
+                    "{}: {} routed blocks; threshold {:.4}; {:.1}% of {} calibration tokens' decisions skipped (target {:.1}%)",
+                    output.display(),
+                    cal.routers.count(),
+                    r["threshold"].as_f64().unwrap_or(f64::NAN),
+                    100.0 * r["calibration_rate"].as_f64().unwrap_or(f64::NAN),
+                    r["tokens"],
+                    100.0 * skip
+                );
+                println!("  {:>5} {:<5} {:>14} {:>8} {:>10}", "layer", "block", "mean |dx|/|x|", "fit R^2", "skip rate");
+                for b in r["blocks"].as_array().into_iter().flatten() {
+                    println!(
+                        "  {:>5} {:<5} {:>14.4} {:>8.3} {:>10.3}",
+                        b["layer"],
+                        b["block"].as_str().unwrap_or(""),
+                        b["mean_relative_update"].as_f64().unwrap_or(f64::NAN),
+                        b["r2"].as_f64().unwrap_or(f64::NAN),
+                        b["skip_rate"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+            }
         }
         Command::Inspect { input, json } => inspect(&input, json)?,
         Command::Rtl(cmd) => rtl(cmd)?,

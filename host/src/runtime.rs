@@ -194,4 +194,19 @@ impl Session {
         self.backend.reset();
         self.backend.forward(ids, true)
     }
+
+    /// Teacher forcing as generation runs it: the first `prompt` tokens of `ids` as one prefill pass, then
+    /// each further token as its own decode pass (where routers skip blocks: a prefill executes every
+    /// block). The logits at every position.
+    pub fn teacher_force_decoding(&mut self, ids: &[u32], prompt: usize) -> Result<Vec<Vec<f32>>> {
+        if prompt == 0 || prompt > ids.len() {
+            bail!("teacher forcing needs a prompt of 1..={} tokens, got {prompt}", ids.len());
+        }
+        self.backend.reset();
+        let mut logits = self.backend.forward(&ids[..prompt], true)?;
+        for &id in &ids[prompt..] {
+            logits.extend(self.backend.forward(&[id], false)?);
+        }
+        Ok(logits)
+    }
 }

@@ -294,3 +294,72 @@ fn bench_reports_the_overlay_figures_at_each_config() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown overlay preset `nosuch`"));
 }
+
+/// `opu calibrate` fits routers on a text and caches them; `--skip` compiles with them, `--skip 0` is the
+/// dense program byte for byte; bad rates and a check text equal to the calibration text are refused.
+/// (SmolLM2: the tiny test models have no tokenizer; short texts keep it to seconds.)
+#[test]
+fn calibrate_and_compile_with_skip() {
+    let model = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).unwrap();
+    let head = |path: &str, n: usize| std::fs::read_to_string(path).unwrap().chars().take(n).collect::<String>();
+    let (text, check) = (tmp("cal.txt"), tmp("check.txt"));
+    std::fs::write(&text, head("/usr/share/common-licenses/GPL-3", 900)).unwrap();
+    std::fs::write(&check, head("/usr/share/common-licenses/Apache-2.0", 500)).unwrap();
+    // routers go to the cache: a fresh one (the model is passed by path)
+    let cache = tmp("cache");
+    let opu_env = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_opu")).args(args).env("OPU_CACHE", &cache).env("RAYON_NUM_THREADS", "1").output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let out_file = tmp("cal.safetensors");
+    let calibrate = |extra: &[&str]| {
+        let mut args = vec!["calibrate", "--model", s(&model), "--text", s(&text), "--json"];
+        args.extend_from_slice(extra);
+        opu_env(&args)
+    };
+    let (code, stdout, stderr) = calibrate(&["--skip", "0.3", "-o", s(&out_file), "--check", s(&check)]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("calibrating routers for a skip rate of 0.3"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let rate = v["calibration_rate"].as_f64().unwrap();
+    assert!((rate - 0.3).abs() < 0.02, "{v}");
+    assert_eq!(v["blocks"].as_array().unwrap().len(), 2 * 29);
+    assert!(v["tokens"].as_u64().unwrap() > 150, "{v}");
+    let positions = v["check"]["positions"].as_u64().unwrap();
+    let agree = v["check"]["top1_agreement"].as_f64().unwrap();
+    assert!(positions > 30 && (0.0..=1.0).contains(&agree) && v["check"]["mean_kl"].as_f64().unwrap() > 0.0, "{v}");
+    let routers = opu_compiler::routers::Routers::load(&out_file, 30, 576).unwrap();
+    assert_eq!(routers.count() as u64, v["routed_blocks"].as_u64().unwrap());
+    // the second time from the cache
+    let again = tmp("cal2.safetensors");
+    let (code, _, stderr) = calibrate(&["--skip", "0.3", "-o", s(&again)]);
+    assert!(code == Some(0) && !stderr.contains("calibrating"), "{stderr}");
+    assert_eq!(std::fs::read(&out_file).unwrap(), std::fs::read(&again).unwrap());
+
+    // compile --skip: the same cached routers as --routers; --skip 0: the dense program
+    let compile = |extra: &[&str], out: &PathBuf| {
+        let mut args = vec!["compile", s(&model), "-o", s(out)];
+        args.extend_from_slice(extra);
+        let (code, _, stderr) = opu_env(&args);
+        assert_eq!(code, Some(0), "{stderr}");
+        stderr
+    };
+    let (skip, routed, zero, dense) = (tmp("skip.opu"), tmp("routed.opu"), tmp("zero.opu"), tmp("dense.opu"));
+    let stderr = compile(&["--skip", "0.3", "--calibration-text", s(&text)], &skip);
+    assert!(stderr.contains("cached"), "{stderr}");
+    compile(&["--routers", s(&out_file)], &routed);
+    compile(&["--skip", "0"], &zero);
+    compile(&[], &dense);
+    let read = |p: &PathBuf| std::fs::read(p).unwrap();
+    assert!(read(&skip) == read(&routed) && read(&zero) == read(&dense) && read(&routed) != read(&dense));
+
+    for bad in ["1", "-0.5", "nan"] {
+        let (code, _, stderr) = calibrate(&[&format!("--skip={bad}"), "-o", s(&tmp("bad.safetensors"))]);
+        assert_eq!(code, Some(2), "{bad}");
+        assert!(stderr.contains("skip rate"), "{bad}: {stderr}");
+    }
+    let (code, _, stderr) = calibrate(&["--skip", "0.3", "-o", s(&tmp("x.safetensors")), "--check", s(&text)]);
+    assert!(code == Some(1) && stderr.contains("must not be the calibration text"), "{stderr}");
+    let (code, _, _) = opu_env(&["compile", s(&model), "--skip", "0.2", "--routers", s(&out_file), "-o", s(&tmp("y.opu"))]);
+    assert_eq!(code, Some(2));
+}

@@ -144,3 +144,45 @@ fn routers_are_refused_where_the_history_cannot_serve_the_context() {
     let e = opu_compiler::compile(&g, &OverlayConfig::sim(), &with_routers(bad)).err().unwrap().to_string();
     assert!(e.contains("routers for 3 layers of hidden 64, the model has 4 layers"), "{e}");
 }
+
+/// Random token sequences of `len` from the tiny model's 96-token vocabulary.
+fn sequences(count: usize, len: usize, seed: u32) -> Vec<Vec<u32>> {
+    (0..count).map(|s| (0..len as u32).map(|i| (i * 37 + (s as u32 + seed) * 11 + (i * i) % 13) % 96).collect()).collect()
+}
+
+#[test]
+fn calibration_hits_its_target_rate_and_a_zero_rate_routes_nothing() {
+    use opu_compiler::calibrate::{calibrate, measure_skipping, CalibrateOptions};
+    let (m, g) = tiny4();
+    let mut interp = Interpreter::new(&g).unwrap();
+    let fit = sequences(6, 40, 0);
+    let decisions = 6 * (40 - 4) * 2 * (m.n_layer - 1);
+    for (rate, blocks) in [(0.25, [true, true]), (0.4, [true, true]), (0.25, [false, true])] {
+        let opts = CalibrateOptions { rate, blocks, ..Default::default() };
+        let cal = calibrate(&mut interp, &fit, &opts).unwrap();
+        assert_eq!(cal.tokens * 2 * (m.n_layer - 1), decisions);
+        // the routers' own FP16 decisions on the calibration tokens, against the target
+        assert!((cal.calibration_rate - rate).abs() < 0.03, "rate {rate} {blocks:?}: {}", cal.calibration_rate);
+        let per_block: f64 = cal.blocks.iter().map(|b| b.skip_rate).sum::<f64>() / cal.blocks.len() as f64;
+        assert!((per_block - cal.calibration_rate).abs() < 1e-9);
+        if !blocks[0] {
+            assert!((1..m.n_layer).all(|l| cal.routers.get(l, Block::Attention).is_none()));
+        }
+        // held-out sequences skip at about the same rate (the same distribution of tokens)
+        let q = measure_skipping(&mut interp, &cal.routers, &sequences(3, 32, 50), 8).unwrap();
+        assert_eq!(q.positions, 3 * (32 - 8 - 1));
+        assert!((q.realised_rate - rate).abs() < 0.15, "held-out rate {} for {rate}", q.realised_rate);
+        assert!(q.mean_kl > 0.0 && q.top1_agreement < 1.0 + 1e-12);
+    }
+    // rate 0: no block is routed, and the routed float model is the dense one
+    let cal = calibrate(&mut interp, &fit, &CalibrateOptions { rate: 0.0, ..Default::default() }).unwrap();
+    assert_eq!((cal.routers.count(), cal.calibration_rate), (0, 0.0));
+    let q = measure_skipping(&mut interp, &cal.routers, &sequences(2, 24, 9), 8).unwrap();
+    assert_eq!((q.top1_agreement, q.mean_kl, q.realised_rate), (1.0, 0.0, 0.0));
+    assert_eq!(q.dense_perplexity, q.skip_perplexity);
+    // a rate outside [0, 1) and too little text are refused
+    let err = calibrate(&mut interp, &fit, &CalibrateOptions { rate: 1.0, ..Default::default() }).unwrap_err().to_string();
+    assert!(err.contains("expected a value in [0, 1)"), "{err}");
+    let err = calibrate(&mut interp, &sequences(1, 10, 0), &CalibrateOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("at least 16 are needed"), "{err}");
+}
