@@ -34,11 +34,14 @@ pub struct CalibrateOptions {
     /// Which blocks may skip, `[attention, ffn]` (`opu calibrate --blocks`); the rate stays a share of all
     /// decisions, so FFN-only routers at 0.25 skip half the FFN blocks.
     pub blocks: [bool; 2],
+    /// One threshold per block, each at the same rate (false: one threshold pooled over every block, so
+    /// the blocks predicted least important anywhere skip).
+    pub per_block: bool,
 }
 
 impl Default for CalibrateOptions {
     fn default() -> Self {
-        CalibrateOptions { rate: 0.25, ridge: 1.0, skip_first: 4, blocks: [true; 2] }
+        CalibrateOptions { rate: 0.25, ridge: 1.0, skip_first: 4, blocks: [true; 2], per_block: false }
     }
 }
 
@@ -53,6 +56,8 @@ pub struct BlockFit {
     pub r2: f64,
     /// Share of calibration tokens whose decision is skip (FP16 router, f32 input).
     pub skip_rate: f64,
+    /// The block's importance threshold.
+    pub threshold: f64,
 }
 
 /// What calibration produced and measured.
@@ -63,8 +68,10 @@ pub struct Calibration {
     pub target_rate: f64,
     /// Skipped decisions over all decisions of layers 1.. on the calibration tokens.
     pub calibration_rate: f64,
-    /// The importance threshold (`ln` of a relative update).
+    /// The importance threshold (`ln` of a relative update), pooled over the blocks (with `per_block`, each
+    /// block's is in its [`BlockFit`]).
     pub threshold: f64,
+    pub per_block: bool,
     pub tokens: usize,
     pub blocks: Vec<BlockFit>,
 }
@@ -134,27 +141,36 @@ pub fn calibrate(interp: &mut Interpreter, sequences: &[Vec<u32>], opts: &Calibr
         }
     }
     let decisions = tokens * 2 * (n_layer - 1);
-    let mut pooled: Vec<f64> =
-        fits.iter().filter(|(_, b, _)| opts.blocks[*b as usize]).flat_map(|(_, _, f)| f.predicted.iter().copied()).collect();
-    pooled.sort_by(f64::total_cmp);
-    let k = ((opts.rate * decisions as f64).round() as usize).min(pooled.len());
-    // skip when the prediction is below tau: the k smallest
-    let threshold = match k {
-        0 => f64::NEG_INFINITY,
-        k if k >= pooled.len() => f64::INFINITY,
-        k => 0.5 * (pooled[k - 1] + pooled[k]),
+    let allowed = |b: Block| opts.blocks[b as usize];
+    // skip when the prediction is below tau: the `share` of smallest predictions
+    let quantile = |mut v: Vec<f64>, share: f64| {
+        v.sort_by(f64::total_cmp);
+        match ((share * v.len() as f64).round() as usize).min(v.len()) {
+            0 => f64::NEG_INFINITY,
+            k if k >= v.len() => f64::INFINITY,
+            k => 0.5 * (v[k - 1] + v[k]),
+        }
     };
+    let pooled: Vec<f64> = fits.iter().filter(|(_, b, _)| allowed(*b)).flat_map(|(_, _, f)| f.predicted.iter().copied()).collect();
+    // the rate is a share of all decisions; only the allowed blocks' decisions can skip
+    let share = (opts.rate * decisions as f64 / pooled.len().max(1) as f64).min(1.0);
+    let threshold = quantile(pooled, share);
 
     let mut routers = Routers::none(n_layer, hidden);
     let mut blocks = Vec::new();
     let mut skipped = 0usize;
     for (l, block, fit) in &fits {
         let s = &samples[*l][*block as usize];
-        let router = fit.router(if opts.blocks[*block as usize] { threshold } else { f64::NEG_INFINITY });
+        let tau = match (allowed(*block), opts.per_block) {
+            (false, _) => f64::NEG_INFINITY,
+            (true, false) => threshold,
+            (true, true) => quantile(fit.predicted.clone(), share),
+        };
+        let router = fit.router(tau);
         let skips = s.x.chunks_exact(hidden).filter(|x| router.skips(x)).count();
         skipped += skips;
         let mean_relative_update = s.y.iter().map(|y| y.exp()).sum::<f64>() / s.y.len() as f64;
-        blocks.push(BlockFit { layer: *l, block: block.name(), mean_relative_update, r2: fit.r2, skip_rate: skips as f64 / s.y.len() as f64 });
+        blocks.push(BlockFit { layer: *l, block: block.name(), mean_relative_update, r2: fit.r2, skip_rate: skips as f64 / s.y.len() as f64, threshold: tau });
         if skips > 0 {
             routers.layers[*l][*block as usize] = Some(router);
         }
@@ -164,6 +180,7 @@ pub fn calibrate(interp: &mut Interpreter, sequences: &[Vec<u32>], opts: &Calibr
         target_rate: opts.rate,
         calibration_rate: skipped as f64 / decisions.max(1) as f64,
         threshold,
+        per_block: opts.per_block,
         tokens,
         blocks,
     })

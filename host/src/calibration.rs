@@ -32,11 +32,13 @@ pub struct Spec {
     pub sequence: usize,
     /// Which blocks may skip, `[attention, ffn]`.
     pub blocks: [bool; 2],
+    /// One threshold per block at the same rate (else one pooled threshold).
+    pub per_block: bool,
 }
 
 impl Spec {
     pub fn new(rate: f64) -> Self {
-        Spec { rate, text: PathBuf::from(DEFAULT_TEXT), tokens: 2048, sequence: 512, blocks: [true; 2] }
+        Spec { rate, text: PathBuf::from(DEFAULT_TEXT), tokens: 2048, sequence: 512, blocks: [true; 2], per_block: false }
     }
 }
 
@@ -87,7 +89,7 @@ pub fn routers_for(g: &Gguf, model_path: &Path, spec: &Spec, progress: &mut dyn 
     let mut key = Sha256::new();
     key.update(sha256_file(model_path)?);
     key.update(text.as_bytes());
-    key.update(format!("v{FIT_VERSION} rate={} tokens={} sequence={} blocks={:?}", spec.rate, spec.tokens, spec.sequence, spec.blocks).as_bytes());
+    key.update(format!("v{FIT_VERSION} rate={} tokens={} sequence={} blocks={:?} per_block={}", spec.rate, spec.tokens, spec.sequence, spec.blocks, spec.per_block).as_bytes());
     let key: String = key.finalize()[..12].iter().map(|b| format!("{b:02x}")).collect();
     let file = crate::cache::cache_dir()?.join("routers").join(format!("{key}.safetensors"));
     let cfg = opu_compiler::llama::LlamaConfig::from_gguf(g)?;
@@ -114,7 +116,7 @@ pub fn routers_for(g: &Gguf, model_path: &Path, spec: &Spec, progress: &mut dyn 
         spec.text.display()
     ));
     let mut interp = opu_compiler::interp::Interpreter::new(g)?;
-    let opts = CalibrateOptions { rate: spec.rate, blocks: spec.blocks, ..CalibrateOptions::default() };
+    let opts = CalibrateOptions { rate: spec.rate, blocks: spec.blocks, per_block: spec.per_block, ..CalibrateOptions::default() };
     let cal: Calibration = calibrate(&mut interp, &sequences, &opts)?;
     let mut report = serde_json::to_value(&cal)?;
     report["text"] = serde_json::json!(spec.text.display().to_string());

@@ -159,6 +159,10 @@ enum Command {
         /// Which blocks may skip: `attn`, `ffn` or `attn,ffn` (the rate stays a share of all decisions).
         #[arg(long, default_value = "attn,ffn", value_parser = opu_host::calibration::parse_blocks)]
         blocks: [bool; 2],
+        /// One threshold per block, each skipping the same share of its tokens (default: one threshold pooled
+        /// over all blocks, so the least important blocks anywhere skip).
+        #[arg(long)]
+        per_block: bool,
         #[arg(short, long)]
         output: PathBuf,
         /// Measure the routers on this held-out text in the float model (the f32 interpreter): sequences of
@@ -734,12 +738,13 @@ fn run(cli: Cli) -> Result<()> {
             }
             eprintln!("  {} tensors mapped exactly; FP16 embedding table max relative rounding {:.2e}", m.tensors.len() - inexact.len(), m.embedding_f16_max_rel_error);
         }
-        Command::Calibrate { model, skip, text, tokens, blocks, output, check, check_tokens, json } => {
+        Command::Calibrate { model, skip, text, tokens, blocks, per_block, output, check, check_tokens, json } => {
             let path = cache::resolve_model(model.as_deref(), json)?;
             let g = opu_compiler::gguf::Gguf::open(&path)?;
             let mut spec = opu_host::calibration::Spec::new(skip);
             spec.tokens = tokens;
             spec.blocks = blocks;
+            spec.per_block = per_block;
             if let Some(t) = text {
                 spec.text = t;
             }

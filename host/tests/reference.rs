@@ -80,5 +80,7 @@ fn eval_of_the_reference_against_itself_agrees_fully() {
     assert_eq!(overall["top1_agreement"], 1.0);
     assert!(overall["mean_logit_cosine"].as_f64().unwrap() > 0.999_999);
     assert_eq!(overall["max_abs_logit_diff"], 0.0, "the same backend twice is deterministic");
+    assert_eq!((overall["mean_kl"].as_f64(), overall["nan_positions"].as_u64()), (Some(0.0), Some(0)));
+    assert!(overall["mean_centered_cosine"].as_f64().unwrap() > 0.999_999);
     assert_eq!(overall["positions"], 18);
 }

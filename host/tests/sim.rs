@@ -109,6 +109,41 @@ fn sim_agrees_with_the_reference_teacher_forced() {
     eprintln!("sim vs reference: {overall}");
     assert!(overall["top1_agreement"].as_f64().unwrap() >= 0.97, "{overall}");
     assert!(overall["mean_logit_cosine"].as_f64().unwrap() >= 0.999, "{overall}");
+    assert!(overall["mean_centered_cosine"].as_f64().unwrap() >= 0.9999, "{overall}");
+    assert!(overall["mean_kl"].as_f64().unwrap() < 1e-4 && overall["nan_positions"] == 0, "{overall}");
+}
+
+/// `opu eval --routers` against the dense sim decodes as generation does (a prefill batch executes every
+/// block): routers that always skip two FFN blocks change the distributions; `--skip 0` changes nothing.
+#[test]
+fn eval_with_routers_decodes_token_by_token_against_dense() {
+    use opu_compiler::routers::{Block, Router, Routers};
+    let model = model_path();
+    let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/smollm2_reference.json");
+    let mut routers = Routers::none(30, 576);
+    for l in [10, 20] {
+        routers.layers[l][Block::Ffn as usize] = Some(Router::constant(576, true));
+    }
+    let file = std::env::temp_dir().join(format!("opu-eval-routers-{}.safetensors", std::process::id()));
+    routers.save(&file, Default::default()).unwrap();
+    let eval = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_opu"))
+            .args(["eval", "--backend", "sim", "--against", "sim", "--threads", "1", "--json", "--tokens", "8"])
+            .args(["--prompts", prompts, "--model", model.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["overall"].clone()
+    };
+    let skipping = eval(&["--routers", file.to_str().unwrap()]);
+    eprintln!("two FFN blocks skipped: {skipping}");
+    assert_eq!(skipping["positions"], 24);
+    assert!(skipping["mean_kl"].as_f64().unwrap() > 1e-3 && skipping["max_abs_logit_diff"].as_f64().unwrap() > 0.1, "{skipping}");
+    let zero = eval(&["--skip", "0"]);
+    assert_eq!((zero["mean_kl"].as_f64(), zero["max_abs_logit_diff"].as_f64()), (Some(0.0), Some(0.0)), "{zero}");
+    assert_eq!(zero["top1_agreement"], 1.0);
 }
 
 #[test]

@@ -157,16 +157,20 @@ fn calibration_hits_its_target_rate_and_a_zero_rate_routes_nothing() {
     let mut interp = Interpreter::new(&g).unwrap();
     let fit = sequences(6, 40, 0);
     let decisions = 6 * (40 - 4) * 2 * (m.n_layer - 1);
-    for (rate, blocks) in [(0.25, [true, true]), (0.4, [true, true]), (0.25, [false, true])] {
-        let opts = CalibrateOptions { rate, blocks, ..Default::default() };
+    for (rate, blocks, per_block) in [(0.25, [true, true], false), (0.4, [true, true], false), (0.25, [false, true], false), (0.3, [true, true], true)] {
+        let opts = CalibrateOptions { rate, blocks, per_block, ..Default::default() };
         let cal = calibrate(&mut interp, &fit, &opts).unwrap();
         assert_eq!(cal.tokens * 2 * (m.n_layer - 1), decisions);
         // the routers' own FP16 decisions on the calibration tokens, against the target
         assert!((cal.calibration_rate - rate).abs() < 0.03, "rate {rate} {blocks:?}: {}", cal.calibration_rate);
-        let per_block: f64 = cal.blocks.iter().map(|b| b.skip_rate).sum::<f64>() / cal.blocks.len() as f64;
-        assert!((per_block - cal.calibration_rate).abs() < 1e-9);
+        let mean: f64 = cal.blocks.iter().map(|b| b.skip_rate).sum::<f64>() / cal.blocks.len() as f64;
+        assert!((mean - cal.calibration_rate).abs() < 1e-9);
         if !blocks[0] {
             assert!((1..m.n_layer).all(|l| cal.routers.get(l, Block::Attention).is_none()));
+        }
+        if per_block {
+            // every block skips about the same share of its tokens
+            assert!(cal.blocks.iter().all(|b| (b.skip_rate - rate).abs() < 0.06), "{:?}", cal.blocks);
         }
         // held-out sequences skip at about the same rate (the same distribution of tokens)
         let q = measure_skipping(&mut interp, &cal.routers, &sequences(3, 32, 50), 8).unwrap();
