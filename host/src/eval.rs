@@ -84,7 +84,7 @@ struct Tally {
     nan: usize,
 }
 
-/// The cosine of `a` and `b`, each first less `shift` of its mean (0: plain, 1: centered).
+/// The cosine of `a` and `b`, plain or each first less its mean (`centered`).
 fn cosine(a: &[f32], b: &[f32], centered: bool) -> f64 {
     let mean = |v: &[f32]| if centered { v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len().max(1) as f64 } else { 0.0 };
     let (ma, mb) = (mean(a), mean(b));
