@@ -18,4 +18,4 @@ pub mod quantize;
 pub mod routers;
 pub mod testing;
 
-pub use lower::{compile, CompileError, CompileOptions, Compiled, ProgramMeta, SkipMeta};
+pub use lower::{compile, CompileError, CompileOptions, Compiled, KvIndexMeta, KvLayout, ProgramMeta, SkipMeta};

@@ -35,6 +35,31 @@ pub struct CompileOptions {
     /// Per-token routers: decode passes route each routed block and skip it per token (docs/skipping.md).
     /// `None` (or no routed block) compiles the dense program.
     pub routers: Option<Routers>,
+    /// Where K/V rows live (docs/skipping.md, "KV layout").
+    pub kv_layout: KvLayout,
+}
+
+/// Where the K/V of each (layer, position) is stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvLayout {
+    /// Per layer a region of `max_context` rows, position `t` at row `t` (a skipped attention leaves its
+    /// row unwritten but allocated).
+    #[default]
+    Dense,
+    /// One pool of rows that every layer shares and a row index per layer (`kv_index`, docs/isa.md): the
+    /// runtime gives each (layer, position) a row before the pass and takes it back when the token skipped
+    /// the layer's attention, so skipped attention stores nothing. `pool_rows`: the pool's size in rows
+    /// (default: `n_layer x max_context`, enough for a dense run).
+    Indexed { pool_rows: Option<u64> },
+}
+
+impl KvLayout {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvLayout::Dense => "dense",
+            KvLayout::Indexed { .. } => "indexed",
+        }
+    }
 }
 
 /// Why a model could not be compiled.
@@ -95,6 +120,21 @@ pub struct ProgramMeta {
     /// Where the program routes blocks per token (absent for a dense program).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipping: Option<SkipMeta>,
+    /// The K/V pool and row indexes of the indexed layout (absent: the dense layout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_index: Option<KvIndexMeta>,
+}
+
+/// The indexed KV layout of a program: the runtime writes each layer's row index before a pass
+/// (docs/skipping.md, "KV layout").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct KvIndexMeta {
+    /// `[layer]`: byte address of the layer's row index (a u32 per position).
+    pub index_addr: Vec<u64>,
+    /// Rows of the pool.
+    pub pool_rows: u64,
+    /// Bytes of one row: the K and then the V of every KV head of one (layer, position).
+    pub row_bytes: u64,
 }
 
 /// The skipping plan of a program compiled with routers (docs/skipping.md).
@@ -128,6 +168,8 @@ struct LayerAddrs {
     w_down: (u64, WeightFormat),
     k_cache: u64,
     v_cache: u64,
+    /// The row index of the indexed KV layout (the `kv_index` CSR).
+    kv_index: Option<u64>,
     /// Router operands (`route`'s `w`) of the attention and FFN blocks, where routed.
     router: [Option<u64>; 2],
     /// The presence bytes of a layer whose attention is routed (the `kv_present` CSR).
@@ -286,6 +328,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             w_down: image.put_matrix(w_down),
             k_cache: 0,
             v_cache: 0,
+            kv_index: None,
             router: [None, None],
             presence: None,
         });
@@ -316,11 +359,32 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     let Image { mut plan, data } = image;
     let weight_bytes: u64 = data.iter().filter(|(n, _, _)| n.ends_with(".weight") && !n.contains("norm")).map(|(_, _, d)| d.len() as u64).sum();
     let mut bss = Vec::new();
+    let mut kv_index = None;
+    if let KvLayout::Indexed { pool_rows } = opts.kv_layout {
+        // one pool for every layer: a row holds a (layer, position)'s K, then its V
+        let rows = pool_rows.unwrap_or((cfg.n_layer * max_context) as u64);
+        if rows == 0 || rows > u64::from(u32::MAX) {
+            return Err(unsupported(format!("--kv-pool-rows {rows}: expected 1 to {}", u32::MAX)));
+        }
+        let pool = plan.place("kvpool", "kv", 2 * kv_row * rows);
+        bss.push(("kvpool".to_string(), pool, 2 * kv_row * rows));
+        let mut index_addr = Vec::new();
+        for (l, la) in layers.iter_mut().enumerate() {
+            (la.k_cache, la.v_cache) = (pool, pool + kv_row);
+            let at = plan.place(&format!("kvindex{l}"), "kv", 4 * max_context as u64);
+            bss.push((format!("kvindex{l}"), at, 4 * max_context as u64));
+            la.kv_index = Some(at);
+            index_addr.push(at);
+        }
+        kv_index = Some(KvIndexMeta { index_addr, pool_rows: rows, row_bytes: 2 * kv_row });
+    }
     for (l, la) in layers.iter_mut().enumerate() {
-        la.k_cache = plan.place(&format!("k{l}"), "kv", kv_row * max_context as u64);
-        la.v_cache = plan.place(&format!("v{l}"), "kv", kv_row * max_context as u64);
-        bss.push((format!("k{l}"), la.k_cache, kv_row * max_context as u64));
-        bss.push((format!("v{l}"), la.v_cache, kv_row * max_context as u64));
+        if la.kv_index.is_none() {
+            la.k_cache = plan.place(&format!("k{l}"), "kv", kv_row * max_context as u64);
+            la.v_cache = plan.place(&format!("v{l}"), "kv", kv_row * max_context as u64);
+            bss.push((format!("k{l}"), la.k_cache, kv_row * max_context as u64));
+            bss.push((format!("v{l}"), la.v_cache, kv_row * max_context as u64));
+        }
         if la.router[Block::Attention as usize].is_some() {
             let at = plan.place(&format!("presence{l}"), "kv", max_context as u64);
             la.presence = Some(at);
@@ -391,6 +455,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             presence_addr: layout.layers.iter().map(|la| la.presence).collect(),
             router_bytes,
         }),
+        kv_index,
     };
 
     let mut c = Container::new(config);
@@ -484,7 +549,11 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
     }
     p.push(Instr::Vop { op: VecOp::Copy, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::Set, rows: n, dst: s.x, a: s.x, b: s.x, n: e as u32 });
     p.push(Instr::Csrw { csr: Csr::HeadDim, rs: r(0), imm: hd as u32 });
-    p.push(Instr::Csrw { csr: Csr::KvStride, rs: r(0), imm: (kv * 2 / LINE_BYTES as usize) as u32 });
+    // the lines between consecutive rows: a layer's K rows (V rows), or the pool's rows of K and V
+    let indexed = lay.layers.iter().any(|la| la.kv_index.is_some());
+    let row_lines = kv * 2 * if indexed { 2 } else { 1 } / LINE_BYTES as usize;
+    p.push(Instr::Csrw { csr: Csr::KvStride, rs: r(0), imm: row_lines as u32 });
+    let tracked = lay.layers.iter().any(|la| la.presence.is_some());
     p.push(Instr::Csrw { csr: Csr::AttnScale, rs: r(0), imm: (1.0 / (hd as f32).sqrt()).to_bits() });
 
     for (l, la) in lay.layers.iter().enumerate() {
@@ -493,8 +562,13 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // leaves x and RED as they were, so the next RMSNorm needs no new reduction. Prefill executes every
         // block (`route` takes one token) but marks presence through `kvappend`.
         let [attn_router, ffn_router] = if b == 1 { la.router } else { [None, None] };
-        if let Some(presence) = la.presence {
-            p.push(Instr::Csrw { csr: Csr::KvPresent, rs: r(0), imm: line(presence) });
+        // each layer's presence bytes and row index (every layer sets them once any does: the CSRs keep
+        // the previous layer's value otherwise)
+        if tracked {
+            p.push(Instr::Csrw { csr: Csr::KvPresent, rs: r(0), imm: la.presence.map_or(u32::MAX, line) });
+        }
+        if let Some(index) = la.kv_index {
+            p.push(Instr::Csrw { csr: Csr::KvIndex, rs: r(0), imm: line(index) });
         }
         let route = |p: &mut Vec<Instr>, router: Option<u64>, pred: Pred, mark: bool, block: Vec<Instr>| {
             if let Some(w) = router {

@@ -70,6 +70,107 @@ pub struct EvalReport {
     pub tokens: usize,
     pub prompts: Vec<PromptResult>,
     pub overall: Agreement,
+    /// The backend's skipping over every teacher-forced pass (programs with routers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip: Option<SkipTally>,
+    /// Both backends on a held-out text (`--heldout`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heldout: Option<HeldOut>,
+}
+
+/// Skip decisions and KV storage of a backend with routers, summed over teacher-forced sequences (each
+/// sequence's K/V counted as it stood at its end).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct SkipTally {
+    pub decisions: u64,
+    pub skipped_blocks: u64,
+    pub realised_skip_rate: f64,
+    pub kv_layout: String,
+    pub kv_saved_bytes: u64,
+    pub kv_dense_bytes: u64,
+    pub kv_saved_fraction: f64,
+}
+
+impl SkipTally {
+    /// Adds the figures of the backend's last sequence (its stats since the reset); false without routers.
+    fn add(&mut self, backend: &Session) -> bool {
+        let Some(st) = backend.backend_stats() else { return false };
+        let Some(skip) = st.get("skip").filter(|v| v.is_object()) else { return false };
+        let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+        self.decisions += u(&skip["decisions"]);
+        self.skipped_blocks += u(&skip["skipped_blocks"]);
+        self.kv_saved_bytes += u(&st["kv"]["saved_bytes"]);
+        self.kv_dense_bytes += u(&st["kv"]["bytes_dense"]);
+        self.kv_layout = st["kv"]["layout"].as_str().unwrap_or("dense").to_string();
+        let rate = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+        self.realised_skip_rate = rate(self.skipped_blocks, self.decisions);
+        self.kv_saved_fraction = rate(self.kv_saved_bytes, self.kv_dense_bytes);
+        true
+    }
+}
+
+/// Both backends teacher-forced on a held-out text (as generation feeds them: a prompt prefill, then a pass
+/// per token), compared at the positions the decode passes computed.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct HeldOut {
+    pub text: String,
+    pub sequences: usize,
+    pub positions: usize,
+    /// Share of positions where both argmaxes agree.
+    pub top1_agreement: f64,
+    /// Mean KL(against || backend), nats.
+    pub mean_kl: f64,
+    /// Perplexity of the text's next tokens under each.
+    pub backend_perplexity: f64,
+    pub against_perplexity: f64,
+    pub perplexity_ratio: f64,
+    pub nan_positions: usize,
+}
+
+/// [`HeldOut`] on `ids` cut into sequences of `sequence` tokens, the first `prompt` of each a prefill;
+/// `after_sequence` sees the backend after each sequence (its stats cover that sequence).
+pub fn heldout(
+    backend: &mut Session,
+    against: &mut Session,
+    text: &str,
+    ids: &[u32],
+    (sequence, prompt): (usize, usize),
+    after_sequence: &mut dyn FnMut(&Session),
+) -> Result<HeldOut> {
+    use opu_compiler::calibrate::{kl_divergence, log_softmax};
+    if prompt == 0 || sequence <= prompt {
+        bail!("held-out sequences of {sequence} tokens with a prompt of {prompt}: the prompt must be 1 to {}", sequence.saturating_sub(1));
+    }
+    let (mut h, mut agree, mut kl, mut nll_b, mut nll_a) = (HeldOut { text: text.to_string(), ..HeldOut::default() }, 0usize, 0f64, 0f64, 0f64);
+    for seq in ids.chunks(sequence).filter(|s| s.len() > prompt + 1) {
+        let a = against.teacher_force_decoding(seq, prompt)?;
+        let b = backend.teacher_force_decoding(seq, prompt).context("the backend on the held-out text")?;
+        after_sequence(backend);
+        h.sequences += 1;
+        for t in prompt..seq.len() - 1 {
+            let (la, lb) = (log_softmax(&a[t]), log_softmax(&b[t]));
+            h.positions += 1;
+            if a[t].iter().chain(&b[t]).any(|x| x.is_nan()) {
+                h.nan_positions += 1;
+            }
+            let argmax = |v: &[f32]| opu_hw::numerics::vector::argmax(v.iter().copied());
+            agree += usize::from(argmax(&a[t]) == argmax(&b[t]));
+            kl += kl_divergence(&la, &lb);
+            nll_a -= la[seq[t + 1] as usize];
+            nll_b -= lb[seq[t + 1] as usize];
+        }
+    }
+    if h.positions == 0 {
+        bail!("the held-out text has {} tokens: at least {} are needed", ids.len(), prompt + 2);
+    }
+    let n = h.positions as f64;
+    let nan = if h.nan_positions > 0 { f64::NAN } else { 0.0 };
+    h.top1_agreement = agree as f64 / n + nan;
+    h.mean_kl = kl / n + nan;
+    h.backend_perplexity = (nll_b / n).exp() + nan;
+    h.against_perplexity = (nll_a / n).exp() + nan;
+    h.perplexity_ratio = h.backend_perplexity / h.against_perplexity;
+    Ok(h)
 }
 
 /// Sums that make up an [`Agreement`].
@@ -148,6 +249,8 @@ impl Tally {
 pub fn evaluate(backend: &mut Session, against: &mut Session, prompts: &[Prompt], tokens: usize) -> Result<EvalReport> {
     let mut total = Tally::default();
     let mut results = Vec::new();
+    let mut skip = SkipTally::default();
+    let mut routed = false;
     for p in prompts {
         let prompt_ids = against.tokenizer.encode(&p.text)?;
         let params = GenerateParams { max_tokens: tokens, ..GenerateParams::default() };
@@ -156,6 +259,7 @@ pub fn evaluate(backend: &mut Session, against: &mut Session, prompts: &[Prompt]
         seq.extend(&gen.generated_ids);
         let reference = against.teacher_force_decoding(&seq, prompt_ids.len())?;
         let logits = backend.teacher_force_decoding(&seq, prompt_ids.len()).with_context(|| format!("prompt `{}` on the backend", p.name))?;
+        routed |= skip.add(backend);
         let mut tally = Tally::default();
         // Position i predicts token i + 1: compare the positions that predict the generated tokens.
         for i in prompt_ids.len() - 1..seq.len() - 1 {
@@ -175,6 +279,8 @@ pub fn evaluate(backend: &mut Session, against: &mut Session, prompts: &[Prompt]
         tokens,
         prompts: results,
         overall: total.agreement(),
+        skip: routed.then_some(skip),
+        heldout: None,
     })
 }
 

@@ -103,6 +103,13 @@ enum Command {
         /// Also compare the sim backend layer by layer with the f32 interpreter (relative L2 of the hidden state).
         #[arg(long)]
         per_layer: bool,
+        /// Also teacher-force both backends on this held-out text (sequences of 64 tokens, the first 16 a
+        /// prefill): top-1 agreement, KL and the perplexity of each (it must not be the calibration text).
+        #[arg(long)]
+        heldout: Option<PathBuf>,
+        /// Tokens of the --heldout text used.
+        #[arg(long, default_value_t = 512)]
+        heldout_tokens: usize,
         #[arg(long)]
         json: bool,
     },
@@ -139,8 +146,37 @@ enum Command {
         routers: Option<PathBuf>,
         #[command(flatten)]
         skip: SkipArgs,
+        #[command(flatten)]
+        kv: KvArgs,
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Quality against compute per skip rate: routers calibrated for each rate, the model teacher-forced on a
+    /// held-out text on the sim backend against the dense program; a table, DIR/sweep.json and DIR/sweep.png.
+    SweepSkip {
+        /// A GGUF file, or the name of a known model.
+        #[arg(long)]
+        model: Option<String>,
+        /// Skip rates, comma-separated (0: the dense program).
+        #[arg(long, value_delimiter = ',', value_parser = opu_host::calibration::parse_rate, default_value = "0,0.1,0.2,0.3,0.4,0.5")]
+        rates: Vec<f64>,
+        /// Overlay preset or TOML file.
+        #[arg(long, default_value = "sim")]
+        config: String,
+        /// Calibration text (default: /usr/share/common-licenses/GPL-3).
+        #[arg(long)]
+        calibration_text: Option<PathBuf>,
+        /// Held-out text (sequences of 64 tokens, the first 16 a prefill).
+        #[arg(long, default_value = "/usr/share/common-licenses/Apache-2.0")]
+        heldout: PathBuf,
+        /// Tokens of the held-out text used.
+        #[arg(long, default_value_t = 512)]
+        heldout_tokens: usize,
+        /// Folder for sweep.json and sweep.png.
+        #[arg(short, long, default_value = "sweep-skip")]
+        output: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// Calibrate per-token routers for a skip rate on a text and write them (safetensors, docs/skipping.md).
     Calibrate {
@@ -271,6 +307,32 @@ struct ModelArgs {
     routers: Option<PathBuf>,
     #[command(flatten)]
     skip: SkipArgs,
+    #[command(flatten)]
+    kv: KvArgs,
+}
+
+/// Where K/V rows live (docs/skipping.md, "KV layout").
+#[derive(clap::Args, Clone)]
+struct KvArgs {
+    /// KV layout: `indexed` (a pool of rows shared by the layers and a row index per layer: skipped attention
+    /// stores nothing), `dense` (a row per layer and position), `auto` (indexed with routers, else dense).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "dense", "indexed"])]
+    kv_layout: String,
+    /// Rows of the indexed layout's pool (default: layers x context, enough for a dense run).
+    #[arg(long)]
+    kv_pool_rows: Option<u64>,
+}
+
+impl KvArgs {
+    fn layout(&self, routed: bool) -> Result<opu_compiler::KvLayout> {
+        let indexed = match self.kv_layout.as_str() {
+            "indexed" => true,
+            "dense" => false,
+            _ => routed,
+        };
+        anyhow::ensure!(indexed || self.kv_pool_rows.is_none(), "--kv-pool-rows sizes the indexed KV layout's pool: it needs --kv-layout indexed");
+        Ok(if indexed { opu_compiler::KvLayout::Indexed { pool_rows: self.kv_pool_rows } } else { opu_compiler::KvLayout::Dense })
+    }
 }
 
 /// Routers calibrated for a skip rate (docs/skipping.md, "Calibration").
@@ -416,7 +478,7 @@ impl ModelArgs {
         let session = if self.skip.skip.is_some_and(|r| r > 0.0) && calibrated.is_none() {
             Err(anyhow::anyhow!("backend `{}`: the reference path runs the dense float model and does not skip blocks; --skip runs on the sim and rtl backends", self.backend))
         } else {
-            Session::open_with_routers(&path, &self.backend, &config, routers)
+            self.kv.layout(routers.is_some()).and_then(|kv| Session::open_with_routers(&path, &self.backend, &config, routers, kv))
         };
         spinner.finish_and_clear();
         let session = session?;
@@ -526,12 +588,14 @@ fn run(cli: Cli) -> Result<()> {
                     if let Some(rate) = s["realised_skip_rate"].as_f64() {
                         let pct = |k: &str| s[k].as_f64().map_or("-".to_string(), |r| format!("{:.1}%", 100.0 * r));
                         println!(
-                            "-- skipping: {:.1}% of {} block decisions (attention {}, FFN {}); history hit rate {}",
+                            "-- skipping: {:.1}% of {} block decisions (attention {}, FFN {}); history hit rate {}; KV storage saved {} ({} layout)",
                             100.0 * rate,
                             s["decisions"],
                             pct("attention_skip_rate"),
                             pct("ffn_skip_rate"),
-                            s["history_hit_rate"].as_f64().map_or("-".to_string(), |r| format!("{r:.3}"))
+                            s["history_hit_rate"].as_f64().map_or("-".to_string(), |r| format!("{r:.3}")),
+                            pct("kv_saved_fraction"),
+                            s["kv_layout"].as_str().unwrap_or("dense")
                         );
                     }
                     // the RTL counts cycles; the functional simulator estimates them
@@ -555,8 +619,16 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Eval { model, against, prompts, tokens, per_layer, json } => {
+        Command::Eval { model, against, prompts, tokens, per_layer, heldout, heldout_tokens, json } => {
             let prompts = eval::read_prompts(&prompts)?;
+            if let Some(h) = &heldout {
+                let calibration = model.skip.calibration_text.clone().unwrap_or_else(|| opu_host::calibration::Spec::new(0.0).text);
+                anyhow::ensure!(
+                    model.skip.skip.is_none() || std::fs::canonicalize(h).ok() != std::fs::canonicalize(&calibration).ok(),
+                    "--heldout {}: the held-out text must not be the calibration text",
+                    h.display()
+                );
+            }
             anyhow::ensure!(!per_layer || model.backend == "sim", "--per-layer compares the sim backend: use --backend sim");
             let mut backend = model.open(json, None)?;
             let layers = if per_layer {
@@ -569,7 +641,13 @@ fn run(cli: Cli) -> Result<()> {
             };
             // the backend under test with its routers, against the dense program (or the float reference)
             let mut reference = ModelArgs { backend: against, routers: None, skip: SkipArgs::default(), ..model }.open(true, None)?;
-            let report = eval::evaluate(&mut backend, &mut reference, &prompts, tokens)?;
+            let mut report = eval::evaluate(&mut backend, &mut reference, &prompts, tokens)?;
+            if let Some(h) = &heldout {
+                let text = std::fs::read_to_string(h).with_context(|| format!("--heldout {}: cannot read", h.display()))?;
+                let ids = backend.tokenizer.encode(&text)?;
+                let ids = &ids[..ids.len().min(heldout_tokens)];
+                report.heldout = Some(eval::heldout(&mut backend, &mut reference, &h.display().to_string(), ids, (64, 16), &mut |_| {})?);
+            }
             if json {
                 let mut v = serde_json::to_value(&report)?;
                 if let Some(l) = &layers {
@@ -598,6 +676,26 @@ fn run(cli: Cli) -> Result<()> {
                     row(&p.name, &p.agreement);
                 }
                 row("overall", &report.overall);
+                if let Some(s) = &report.skip {
+                    println!(
+                        "  skipping: {:.1}% of {} decisions; KV ({} layout) {:.1}% saved ({} of {} bytes)",
+                        100.0 * s.realised_skip_rate,
+                        s.decisions,
+                        s.kv_layout,
+                        100.0 * s.kv_saved_fraction,
+                        s.kv_saved_bytes,
+                        s.kv_dense_bytes
+                    );
+                }
+                if let Some(h) = &report.heldout {
+                    println!(
+                        "  held-out {} ({} positions): top-1 agreement {:.4}, mean KL {:.4}, perplexity {:.3} against -> {:.3} backend ({:.3}x)",
+                        h.text, h.positions, h.top1_agreement, h.mean_kl, h.against_perplexity, h.backend_perplexity, h.perplexity_ratio
+                    );
+                }
+            }
+            if let Some(h) = &report.heldout {
+                anyhow::ensure!(h.nan_positions == 0, "{} of {} held-out positions have NaN logits", h.nan_positions, h.positions);
             }
             anyhow::ensure!(
                 report.overall.nan_positions == 0,
@@ -626,6 +724,7 @@ fn run(cli: Cli) -> Result<()> {
                     // the reference path runs the dense float model
                     routers: if backend == "reference" { None } else { model.routers.clone() },
                     skip: if backend == "reference" { SkipArgs::default() } else { model.skip.clone() },
+                    kv: model.kv.clone(),
                 }.open(json, Some(1))?;
                 // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
                 let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
@@ -705,7 +804,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Compile { model, config, max_context, trace_layers, routers, skip, output } => {
+        Command::Compile { model, config, max_context, trace_layers, routers, skip, kv, output } => {
             let config = OverlayConfig::from_name_or_path(&config)?;
             let path = cache::resolve_model(Some(&model), false)?;
             let routers = skip.routers_file(&path, false)?.or(routers);
@@ -718,7 +817,8 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 None => None,
             };
-            let compiled = opu_compiler::compile(&g, &config, &opu_compiler::CompileOptions { max_context, trace_layers, routers })?;
+            let kv_layout = kv.layout(routers.is_some())?;
+            let compiled = opu_compiler::compile(&g, &config, &opu_compiler::CompileOptions { max_context, trace_layers, routers, kv_layout })?;
             compiled.container.write(&output)?;
             let m = &compiled.meta;
             eprintln!(
@@ -737,6 +837,33 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("  requantized {} ({} -> {}): max |error| {:.3e}, relative L2 {:.3e}", t.name, t.gguf_type, t.overlay, t.max_abs_error, t.relative_l2_error);
             }
             eprintln!("  {} tensors mapped exactly; FP16 embedding table max relative rounding {:.2e}", m.tensors.len() - inexact.len(), m.embedding_f16_max_rel_error);
+        }
+        Command::SweepSkip { model, rates, config, calibration_text, heldout, heldout_tokens, output, json } => {
+            let opts = opu_host::sweep::SweepOptions {
+                model: cache::resolve_model(model.as_deref(), json)?,
+                config: OverlayConfig::from_name_or_path(&config)?,
+                rates,
+                calibration_text,
+                heldout_text: heldout,
+                heldout_tokens,
+            };
+            let rows = opu_host::sweep::sweep(&opts, &mut |line| eprintln!("{line}"))?;
+            std::fs::create_dir_all(&output).with_context(|| format!("{}: cannot create", output.display()))?;
+            let report = serde_json::json!({
+                "model": opts.model.display().to_string(),
+                "config": opts.config.name,
+                "heldout": opts.heldout_text.display().to_string(),
+                "rows": rows,
+            });
+            let (json_path, png_path) = (output.join("sweep.json"), output.join("sweep.png"));
+            std::fs::write(&json_path, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", json_path.display()))?;
+            opu_host::sweep::plot(&rows, &png_path)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", opu_host::sweep::table(&rows));
+                println!("(teacher-forced on {} against the dense program; wrote {} and {})", opts.heldout_text.display(), json_path.display(), png_path.display());
+            }
         }
         Command::Calibrate { model, skip, text, tokens, blocks, per_block, output, check, check_tokens, json } => {
             let path = cache::resolve_model(model.as_deref(), json)?;

@@ -90,17 +90,23 @@ impl Session {
     /// Opens the GGUF model at `path` on backend `backend`, the `sim` and `rtl` backends (and later `pcie`)
     /// at overlay `config`.
     pub fn open_with_config(path: &Path, backend: &str, config: &opu_hw::OverlayConfig) -> Result<Self> {
-        Self::open_with_routers(path, backend, config, None)
+        Self::open_with_routers(path, backend, config, None, opu_compiler::KvLayout::Dense)
     }
 
     /// [`Session::open_with_config`] with the per-token routers of a safetensors file (docs/skipping.md):
-    /// the program the sim and rtl backends run skips blocks per decoded token.
-    pub fn open_with_routers(path: &Path, backend: &str, config: &opu_hw::OverlayConfig, routers: Option<&Path>) -> Result<Self> {
+    /// the program the sim and rtl backends run skips blocks per decoded token; its K/V in `kv_layout`.
+    pub fn open_with_routers(
+        path: &Path,
+        backend: &str,
+        config: &opu_hw::OverlayConfig,
+        routers: Option<&Path>,
+        kv_layout: opu_compiler::KvLayout,
+    ) -> Result<Self> {
         if !path.exists() {
             bail!("{}: no such model file", path.display());
         }
         let g = Gguf::open(path)?;
-        let mut opts = opu_compiler::CompileOptions::default();
+        let mut opts = opu_compiler::CompileOptions { kv_layout, ..Default::default() };
         if let Some(file) = routers {
             let cfg = opu_compiler::llama::LlamaConfig::from_gguf(&g)?;
             opts.routers = Some(opu_compiler::routers::Routers::load(file, cfg.n_layer, cfg.n_embd)?);

@@ -3,6 +3,7 @@
 //! trait like any card.
 
 use crate::backend::Backend;
+use crate::kv_rows::KvRows;
 use crate::loader::{self, Counters};
 use anyhow::{bail, Context, Result};
 use opu_compiler::gguf::Gguf;
@@ -55,6 +56,8 @@ pub struct SimBackend {
     /// `[layer]`: attention blocks the one-token passes skipped since the last reset (read back from the
     /// presence bytes after each pass; programs with routers).
     attention_skipped: Vec<u64>,
+    /// The pool rows of the indexed KV layout (programs compiled with it).
+    kv_rows: Option<KvRows>,
 }
 
 impl SimBackend {
@@ -91,7 +94,6 @@ impl SimBackend {
         let n_layer = compiled.meta.n_layer;
         Ok(SimBackend {
             dev,
-            meta: compiled.meta,
             pos: 0,
             label,
             counters: Counters::default(),
@@ -104,6 +106,8 @@ impl SimBackend {
             regions,
             bytes_by_kind: Default::default(),
             attention_skipped: vec![0; n_layer],
+            kv_rows: compiled.meta.kv_index.clone().map(KvRows::new),
+            meta: compiled.meta,
         })
     }
 
@@ -126,6 +130,9 @@ impl SimBackend {
         let e = self.meta.entries[entry].clone();
         let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
         self.dev.device().mem_write(self.meta.ids_addr, &ids)?;
+        if let Some(rows) = &mut self.kv_rows {
+            rows.before_pass(self.dev.device(), self.pos, tokens.len())?;
+        }
         // the RTL takes minutes per pass: a spinner with its cycles (hidden when stderr is not a terminal)
         let bar = match &mut self.dev {
             ProgramDevice::Rtl(d) => {
@@ -152,14 +159,19 @@ impl SimBackend {
             self.decode_counters.add(&run);
             self.decode_passes += 1;
             // this position's attention decisions: its presence byte of every routed layer (0 = skipped)
+            let mut executed = vec![true; self.meta.n_layer];
             if let Some(skipping) = &self.meta.skipping {
                 for (l, at) in skipping.presence_addr.iter().enumerate() {
                     if let Some(at) = at {
                         let mut b = [0u8];
                         self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
                         self.attention_skipped[l] += u64::from(b[0] == 0);
+                        executed[l] = b[0] != 0;
                     }
                 }
+            }
+            if let Some(rows) = &mut self.kv_rows {
+                rows.after_single_pass(&executed);
             }
         }
         if let ProgramDevice::Func(f) = &mut self.dev {
@@ -206,7 +218,26 @@ impl SimBackend {
     }
 }
 
+/// K/V storage of the positions run so far (bytes).
+struct KvStorage {
+    /// Rows that hold K/V (indexed layout), or every layer's row of every position (dense).
+    in_use_bytes: u64,
+    /// What the dense layout holds for the same positions.
+    dense_bytes: u64,
+    /// The device memory set aside for K/V by the program's layout.
+    reserved_bytes: u64,
+    saved_bytes: u64,
+}
+
 impl SimBackend {
+    fn kv_storage(&self) -> KvStorage {
+        let reserved_bytes = self.regions.iter().filter(|r| r.kind == "kv" && !r.name.starts_with("presence") && !r.name.starts_with("kvindex")).map(|r| r.bytes).sum();
+        let row_bytes = (self.meta.n_head_kv * self.meta.head_dim * 4) as u64;
+        let dense_bytes = self.meta.n_layer as u64 * self.pos as u64 * row_bytes;
+        let in_use_bytes = self.kv_rows.as_ref().map_or(dense_bytes, |r| r.rows_in_use() * r.row_bytes());
+        KvStorage { in_use_bytes, dense_bytes, reserved_bytes, saved_bytes: dense_bytes.saturating_sub(in_use_bytes) }
+    }
+
     /// The `skip` figures of a program with routers (docs/skipping.md): decisions are those of the one-token
     /// passes (prefill executes every block).
     fn skip_figures(&self, s: &opu_compiler::SkipMeta) -> serde_json::Value {
@@ -217,6 +248,7 @@ impl SimBackend {
         let attn_skipped: u64 = self.attention_skipped.iter().sum();
         let rate = |n: u64, d: u64| if d == 0 { serde_json::Value::Null } else { (n as f64 / d as f64).into() };
         let c = &self.counters;
+        let kv = self.kv_storage();
         serde_json::json!({
             "routed_attention_blocks": n_attn,
             "routed_ffn_blocks": n_ffn,
@@ -228,6 +260,9 @@ impl SimBackend {
             "attention_skip_rate_per_layer": s.routed.iter().zip(&self.attention_skipped).map(|(r, &n)| if r[0] { rate(n, passes) } else { serde_json::Value::Null }).collect::<Vec<_>>(),
             "history_hit_rate": rate(c.kv_history_hits, c.kv_history_hits + c.kv_history_misses),
             "router_bytes": s.router_bytes,
+            "kv_layout": if self.kv_rows.is_some() { "indexed" } else { "dense" },
+            "kv_saved_bytes": kv.saved_bytes,
+            "kv_saved_fraction": rate(kv.saved_bytes, kv.dense_bytes),
         })
     }
 }
@@ -254,6 +289,9 @@ impl Backend for SimBackend {
         self.decode_counters = Counters::default();
         self.decode_passes = 0;
         self.attention_skipped.iter_mut().for_each(|n| *n = 0);
+        if let Some(rows) = &mut self.kv_rows {
+            rows.reset();
+        }
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
@@ -311,6 +349,14 @@ impl Backend for SimBackend {
         v["skipped_blocks"] = all.skipped_blocks.into();
         v["kv_history_hits"] = all.kv_history_hits.into();
         v["kv_history_misses"] = all.kv_history_misses.into();
+        let kv = self.kv_storage();
+        v["kv"] = serde_json::json!({
+            "layout": if self.kv_rows.is_some() { "indexed" } else { "dense" },
+            "bytes_in_use": kv.in_use_bytes,
+            "bytes_dense": kv.dense_bytes,
+            "bytes_reserved": kv.reserved_bytes,
+            "saved_bytes": kv.saved_bytes,
+        });
         if let Some(s) = &self.meta.skipping {
             v["skip"] = self.skip_figures(s);
         }

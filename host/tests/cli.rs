@@ -188,14 +188,21 @@ fn compile_and_run_with_routers() {
     };
     let (routed, plain) = (by_class(&prog, 0), by_class(&dense, 0));
     let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
-    // decode: layer 1's two blocks, a route and a skip each, one more skip around the o-projection, and the
-    // kv_present CSR of layer 1
+    // decode: layer 1's two blocks, a route and a skip each, one more skip around the o-projection, and per
+    // layer the kv_present CSR (layer 0's: all present) and the kv_index CSR (the indexed KV layout, the
+    // default with routers)
     assert_eq!(n(&routed, "control"), n(&plain, "control") + 3, "{routed} vs {plain}");
     assert_eq!(n(&routed, "matrix"), n(&plain, "matrix") + 2, "{routed} vs {plain}");
-    assert_eq!(n(&routed, "scalar"), n(&plain, "scalar") + 1, "{routed} vs {plain}");
-    // prefill executes every block: only the kv_present CSR
+    assert_eq!(n(&routed, "scalar"), n(&plain, "scalar") + 4, "{routed} vs {plain}");
+    // prefill executes every block: only the CSRs
     let (routed, plain) = (by_class(&prog, 1), by_class(&dense, 1));
-    assert_eq!((n(&routed, "control"), n(&routed, "matrix"), n(&routed, "scalar")), (n(&plain, "control"), n(&plain, "matrix"), n(&plain, "scalar") + 1));
+    assert_eq!((n(&routed, "control"), n(&routed, "matrix"), n(&routed, "scalar")), (n(&plain, "control"), n(&plain, "matrix"), n(&plain, "scalar") + 4));
+    // the dense KV layout: the kv_present CSRs alone
+    let dense_kv = tmp("tiny-rd.opu");
+    assert!(opu(&["compile", s(&model), "--routers", s(&routers), "--kv-layout", "dense", "-o", s(&dense_kv)]).status.success());
+    assert_eq!(n(&by_class(&dense_kv, 0), "scalar"), n(&by_class(&dense, 0), "scalar") + 2);
+    let out = opu(&["compile", s(&model), "--routers", s(&routers), "--kv-layout", "dense", "--kv-pool-rows", "8", "-o", s(&dense_kv)]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--kv-pool-rows sizes the indexed KV layout"));
 
     let bytes = std::fs::read(&routers).unwrap();
     let cut = tmp("cut.safetensors");
@@ -362,4 +369,47 @@ fn calibrate_and_compile_with_skip() {
     assert!(code == Some(1) && stderr.contains("must not be the calibration text"), "{stderr}");
     let (code, _, _) = opu_env(&["compile", s(&model), "--skip", "0.2", "--routers", s(&out_file), "-o", s(&tmp("y.opu"))]);
     assert_eq!(code, Some(2));
+
+    // sweep-skip: the dense program against itself, and the cached 0.3 routers, on the held-out text
+    let dir = tmp("sweep");
+    let (code, stdout, stderr) = opu_env(&[
+        "sweep-skip", "--model", s(&model), "--rates", "0,0.3", "--calibration-text", s(&text), "--heldout", s(&check),
+        "--heldout-tokens", "90", "-o", s(&dir), "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("calibrating"), "the routers come from the cache: {stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    let (dense, skip) = (&rows[0], &rows[1]);
+    // the dense program against itself: identical logits
+    assert_eq!((f(dense, "top1_agreement"), f(dense, "mean_kl"), f(dense, "perplexity_ratio")), (1.0, 0.0, 1.0), "{dense}");
+    assert_eq!((f(dense, "realised_skip_rate"), f(dense, "kv_saved_fraction")), (0.0, 0.0), "{dense}");
+    assert!(f(dense, "positions") > 40.0 && f(dense, "perplexity") > 1.0, "{dense}");
+    // skipping: blocks skipped, K/V storage saved, fewer bytes and cycles per token, some quality lost
+    assert!(f(skip, "realised_skip_rate") > 0.1 && f(skip, "kv_saved_fraction") > 0.0, "{skip}");
+    assert!(f(skip, "bytes_per_token") < f(dense, "bytes_per_token") && f(skip, "cycles_per_token") < f(dense, "cycles_per_token"), "{skip}");
+    assert!(f(skip, "mean_kl") > 0.0 && f(skip, "top1_agreement") < 1.0, "{skip}");
+    let png = std::fs::read(dir.join("sweep.png")).unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(dir.join("sweep.json")).unwrap()).unwrap()["rows"], v["rows"]);
+    // the held-out text must not be the calibration text
+    let (code, _, stderr) = opu_env(&["sweep-skip", "--model", s(&model), "--rates", "0", "--calibration-text", s(&text), "--heldout", s(&text), "-o", s(&dir)]);
+    assert!(code == Some(1) && stderr.contains("must not be the calibration text"), "{stderr}");
+
+    // eval --skip with a held-out text: the skip figures and both perplexities
+    let prompts = tmp("prompts.json");
+    std::fs::write(&prompts, r#"[{"name":"p","text":"The capital of France is"}]"#).unwrap();
+    let (code, stdout, stderr) = opu_env(&[
+        "eval", "--model", s(&model), "--backend", "sim", "--against", "sim", "--skip", "0.3", "--calibration-text", s(&text),
+        "--prompts", s(&prompts), "--tokens", "4", "--heldout", s(&check), "--heldout-tokens", "90", "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let e: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(e["skip"]["kv_layout"], "indexed", "{e}");
+    assert!(e["skip"]["decisions"].as_u64().unwrap() > 0, "{e}");
+    // the same routers, the same held-out tokens: the sweep's figures
+    let h = &e["heldout"];
+    assert_eq!((h["top1_agreement"].as_f64(), h["perplexity_ratio"].as_f64()), (skip["top1_agreement"].as_f64(), skip["perplexity_ratio"].as_f64()), "{h}");
+    assert!(h["against_perplexity"].as_f64().unwrap() > 1.0, "{h}");
 }

@@ -3,7 +3,7 @@
 
 use opu_compiler::gguf::parse_bytes;
 use opu_compiler::testing::TinyLlama;
-use opu_compiler::CompileOptions;
+use opu_compiler::{CompileOptions, KvLayout};
 use opu_host::backend::Backend;
 use opu_host::sim_backend::SimBackend;
 use opu_hw::OverlayConfig;
@@ -106,17 +106,28 @@ fn tiny_transformer_with_skipped_blocks_on_the_rtl_equals_the_functional_simulat
     let m = TinyLlama { n_layer: 4, ..Default::default() };
     let g = parse_bytes(&m.gguf(), "tiny4.gguf").unwrap();
     let routers = opu_compiler::testing::random_routers(m.n_layer, m.n_embd, 3, &[Block::Attention, Block::Ffn]);
-    let opts = CompileOptions { routers: Some(routers), ..Default::default() };
     let config = OverlayConfig::sim();
-    let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
-    let mut sim = SimBackend::open(&g, &config, &opts, 1).unwrap();
-    let prompt: Vec<u32> = (0..17).map(|i| (i * 31 + 7) % 96).collect();
-    assert_eq!(bits(&rtl.forward(&prompt, true).unwrap()), bits(&sim.forward(&prompt, true).unwrap()), "prefill logits");
-    let (rs, _) = decode_equal(&mut rtl, &mut sim, &[5, 77, 42, 9, 63, 20]);
-    // 7 one-token passes x 6 routed blocks: some skipped, some not; absent positions served by the history
-    let (skipped, hits) = (rs["skipped_blocks"].as_u64().unwrap(), rs["kv_history_hits"].as_u64().unwrap());
-    eprintln!("tiny transformer with routers: {skipped} of 42 blocks skipped, {hits} history hits, {} RTL cycles", rs["cycles"]);
-    assert!((8..=34).contains(&skipped) && hits > 0, "{skipped} skipped, {hits} hits");
+    // the dense KV layout, and the indexed one (the runtime's rows through `kv_index`)
+    for kv_layout in [KvLayout::Dense, KvLayout::Indexed { pool_rows: None }] {
+        let opts = CompileOptions { routers: Some(routers.clone()), kv_layout, ..Default::default() };
+        let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
+        let mut sim = SimBackend::open(&g, &config, &opts, 1).unwrap();
+        let prompt: Vec<u32> = (0..17).map(|i| (i * 31 + 7) % 96).collect();
+        assert_eq!(bits(&rtl.forward(&prompt, true).unwrap()), bits(&sim.forward(&prompt, true).unwrap()), "prefill logits");
+        let (rs, ss) = decode_equal(&mut rtl, &mut sim, &[5, 77, 42, 9, 63, 20]);
+        // 7 one-token passes x 6 routed blocks: some skipped, some not; absent positions served by the history
+        let (skipped, hits) = (rs["skipped_blocks"].as_u64().unwrap(), rs["kv_history_hits"].as_u64().unwrap());
+        eprintln!(
+            "tiny transformer with routers, {} KV layout: {skipped} of 42 blocks skipped, {hits} history hits, {} RTL cycles (cycle model {}), KV saved {}",
+            kv_layout.name(),
+            rs["cycles"],
+            ss["cycles_estimate"],
+            rs["kv"]["saved_bytes"]
+        );
+        assert!((8..=34).contains(&skipped) && hits > 0, "{skipped} skipped, {hits} hits");
+        assert_eq!(rs["kv"], ss["kv"]);
+        assert_eq!(rs["kv"]["saved_bytes"].as_u64().unwrap() > 0, kv_layout != KvLayout::Dense, "{}", rs["kv"]);
+    }
 }
 
 /// SmolLM2-135M (the real model, from the model cache; CI fetches it first) for three decode steps on the

@@ -6,7 +6,7 @@ use opu_compiler::gguf::{parse_bytes, Gguf};
 use opu_compiler::interp::Interpreter;
 use opu_compiler::routers::{Block, Router, Routers};
 use opu_compiler::testing::{random_routers, TinyLlama};
-use opu_compiler::CompileOptions;
+use opu_compiler::{CompileOptions, KvLayout};
 use opu_host::backend::Backend;
 use opu_host::sim_backend::SimBackend;
 use opu_hw::OverlayConfig;
@@ -56,22 +56,41 @@ fn routers_that_never_skip_give_the_dense_program_bit_for_bit() {
 
 #[test]
 fn skipping_on_the_sim_follows_the_f32_interpreter_with_the_same_decisions() {
+    follow_the_interpreter(&[1, 2, 3]);
+}
+
+#[test]
+fn a_layer_without_an_attention_router_between_routed_ones_reads_every_position() {
+    // layer 2 must not see layer 1's presence bytes (the CSR is set per layer)
+    follow_the_interpreter(&[1, 3]);
+}
+
+/// Attention routed at `attn_layers` by random routers (their decisions are the presence bytes), the FFN of
+/// layer 2 always skipped and of layer 3 never (constant decisions): the sim (dense and indexed KV layouts,
+/// bit for bit the same logits) against the interpreter with the decisions the overlay took.
+fn follow_the_interpreter(attn_layers: &[usize]) {
     let (m, g) = tiny4();
-    // attention routed by random routers (their decisions are the presence bytes), the FFN of layer 2
-    // always skipped and of layer 3 never (constant decisions)
     let mut routers = random_routers(m.n_layer, m.n_embd, 7, &[Block::Attention]);
+    for l in 1..m.n_layer {
+        if !attn_layers.contains(&l) {
+            routers.layers[l][Block::Attention as usize] = None;
+        }
+    }
     routers.layers[2][Block::Ffn as usize] = Some(Router::constant(m.n_embd, true));
     routers.layers[3][Block::Ffn as usize] = Some(Router::constant(m.n_embd, false));
     let config = OverlayConfig::sim();
-    let mut sim = SimBackend::open(&g, &config, &with_routers(routers), 1).unwrap();
+    let mut sim = SimBackend::open(&g, &config, &with_routers(routers.clone()), 1).unwrap();
+    let indexed = CompileOptions { kv_layout: KvLayout::Indexed { pool_rows: None }, ..with_routers(routers) };
+    let mut sim_indexed = SimBackend::open(&g, &config, &indexed, 1).unwrap();
     let presence = sim.meta().skipping.clone().unwrap().presence_addr;
-    assert_eq!(presence.iter().map(Option::is_some).collect::<Vec<_>>(), [false, true, true, true]);
+    assert_eq!(presence.iter().map(Option::is_some).collect::<Vec<_>>(), (0..m.n_layer).map(|l| attn_layers.contains(&l)).collect::<Vec<_>>());
     let mut interp = Interpreter::new(&g).unwrap();
     let mut dense = interp.clone();
 
     // the prompt executes every block (prefill) in both
     let prompt: Vec<u32> = (0..16).map(|i| (i * 37 + 5) % 96).collect();
-    sim.forward(&prompt, true).unwrap();
+    let a = sim.forward(&prompt, true).unwrap();
+    assert_eq!(bits(&a), bits(&sim_indexed.forward(&prompt, true).unwrap()), "prefill, indexed KV layout");
     interp.forward(&prompt).unwrap();
     dense.forward(&prompt).unwrap();
     let (mut worst, mut worst_dense, mut scale) = (0f32, 0f32, 1f32);
@@ -82,6 +101,8 @@ fn skipping_on_the_sim_follows_the_f32_interpreter_with_the_same_decisions() {
         let pos = sim.position();
         let token = tokens[step];
         let logits = sim.forward(&[token], false).unwrap().remove(0);
+        let logits_indexed = sim_indexed.forward(&[token], false).unwrap().remove(0);
+        assert_eq!(bits(&[logits.clone()]), bits(&[logits_indexed]), "step {step}: the indexed KV layout");
         // the decisions the overlay took at this position, from its presence bytes
         let mut skips = vec![[false, false]; m.n_layer];
         for (l, at) in presence.iter().enumerate() {
@@ -106,24 +127,41 @@ fn skipping_on_the_sim_follows_the_f32_interpreter_with_the_same_decisions() {
     }
     eprintln!("skipped attention per layer {skipped_attn:?} of 24; max |sim - interp| {worst} (logit scale {scale}), dense vs skipping {worst_dense}");
     // random routers skip some attention blocks and execute others at every routed layer
-    assert!(skipped_attn[1..].iter().all(|&n| (1..=23).contains(&n)), "{skipped_attn:?}");
+    assert!(attn_layers.iter().all(|&l| (1..=23).contains(&skipped_attn[l])), "{skipped_attn:?}");
     // the overlay computes what the interpreter computes with the same decisions (as close as dense is) ...
     assert!(worst <= 0.02 * scale, "max |d| {worst} (logit scale {scale})");
     // ... and that is not the dense model: the test sees the skips
     assert!(worst_dense > 5.0 * worst, "dense {worst_dense} vs skipping {worst}");
     let stats = sim.stats().unwrap();
     // every skipped attention and every layer-2 FFN of the 24 decode passes
-    let skipped: usize = skipped_attn.iter().sum::<usize>() + 24;
+    let skipped_attn_total: usize = skipped_attn.iter().sum();
+    let skipped = skipped_attn_total + 24;
     assert_eq!(stats["skipped_blocks"].as_u64().unwrap(), skipped as u64);
     assert_eq!(stats["kv_history_hits"].as_u64().unwrap(), expected_hits);
-    // the backend's skip figures: 24 passes x (3 routed attention + 2 routed FFN blocks)
+    // the backend's skip figures: 24 passes x (the routed attention blocks + 2 routed FFN blocks)
     let f = &stats["skip"];
-    assert_eq!((f["decisions"].as_u64(), f["skipped_blocks"].as_u64()), (Some(24 * 5), Some(skipped as u64)));
-    assert_eq!(f["realised_skip_rate"].as_f64().unwrap(), skipped as f64 / 120.0);
+    let decisions = 24 * (attn_layers.len() + 2);
+    assert_eq!((f["decisions"].as_u64(), f["skipped_blocks"].as_u64()), (Some(decisions as u64), Some(skipped as u64)));
+    assert_eq!(f["realised_skip_rate"].as_f64().unwrap(), skipped as f64 / decisions as f64);
     assert_eq!(f["ffn_skip_rate"].as_f64().unwrap(), 0.5);
     let per_layer: Vec<Option<f64>> = f["attention_skip_rate_per_layer"].as_array().unwrap().iter().map(|v| v.as_f64()).collect();
-    let want: Vec<Option<f64>> = skipped_attn.iter().enumerate().map(|(l, &n)| (l > 0).then(|| n as f64 / 24.0)).collect();
+    let want: Vec<Option<f64>> = skipped_attn.iter().enumerate().map(|(l, &n)| attn_layers.contains(&l).then(|| n as f64 / 24.0)).collect();
     assert_eq!(per_layer, want);
+
+    // KV storage: the dense layout holds a row per layer and position; the indexed one only the rows of
+    // the attention blocks that executed, so it saves exactly the skipped attention decisions
+    let (positions, row_bytes) = (16 + 24u64, (m.n_head_kv * (m.n_embd / m.n_head) * 4) as u64);
+    let dense_bytes = m.n_layer as u64 * positions * row_bytes;
+    assert_eq!((stats["kv"]["layout"].as_str(), stats["kv"]["saved_bytes"].as_u64()), (Some("dense"), Some(0)));
+    assert_eq!(stats["kv"]["bytes_in_use"].as_u64(), Some(dense_bytes));
+    let si = sim_indexed.stats().unwrap();
+    assert_eq!(si["kv"]["layout"].as_str(), Some("indexed"));
+    assert_eq!(si["kv"]["bytes_dense"].as_u64(), Some(dense_bytes));
+    assert_eq!(si["kv"]["saved_bytes"].as_u64(), Some(skipped_attn_total as u64 * row_bytes));
+    assert_eq!(si["skip"]["kv_saved_fraction"].as_f64().unwrap(), skipped_attn_total as f64 / (m.n_layer as u64 * positions) as f64);
+    assert_eq!(si["kv_history_hits"], stats["kv_history_hits"]);
+    // the same K/V writes; reads differ only by the index entries (4 bytes per position read)
+    assert_eq!(si["bytes_written"], stats["bytes_written"]);
 }
 
 #[test]

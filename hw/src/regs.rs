@@ -196,6 +196,7 @@ pub const REGISTERS: &[Register] = &[
     reg!("DBG_CSR9", DBG_CSR0 + 36, Ro, "debug: CSR 9 (docs/isa.md, CSRs)"),
     reg!("DBG_CSR10", DBG_CSR0 + 40, Ro, "debug: CSR 10 (docs/isa.md, CSRs)"),
     reg!("DBG_CSR11", DBG_CSR0 + 44, Ro, "debug: CSR 11 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR12", DBG_CSR0 + 48, Ro, "debug: CSR 12 (docs/isa.md, CSRs)"),
 ];
 
 /// The register at `offset`, if any.
@@ -283,7 +284,7 @@ mod tests {
         assert!(REGISTERS.iter().all(|r| r.offset % 4 == 0));
         assert_eq!(register_at(ARG0 + 4 * (NUM_ARGS - 1)).unwrap().name, "ARG7");
         assert_eq!(register_at(DBG_R0 + 4 * 15).unwrap().name, "DBG_R15");
-        assert_eq!(register_at(DBG_CSR0 + 4 * (DBG_CSRS - 1)).unwrap().name, "DBG_CSR11");
+        assert_eq!(register_at(DBG_CSR0 + 4 * (DBG_CSRS - 1)).unwrap().name, "DBG_CSR12");
         assert!(REGISTERS.iter().all(|r| r.offset < MAP_BYTES));
     }
 

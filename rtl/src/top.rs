@@ -19,7 +19,7 @@
 
 use crate::ctrl::core::Core;
 use crate::ctrl::mmio::{Mmio, ADDR_BITS};
-use crate::ctrl::queue::IssueQueue;
+use crate::ctrl::queue::{IssueQueue, AUX_BITS};
 use crate::dma::Dma;
 use crate::matrix::Matrix;
 use crate::spm::{Scratchpad, SPM_ROW_BITS};
@@ -88,6 +88,7 @@ pub struct Top<const R: usize> {
     /// A unit reports a trap this cycle: nothing is issued (the core stops issuing from the next cycle).
     any_trap: Signal<Local, Bit>,
     vscale: Constant<Bits<16>>,
+    kv_index: Constant<Bits<16>>,
 }
 
 impl<const R: usize> Top<R> {
@@ -142,6 +143,7 @@ impl<const R: usize> Top<R> {
             vec_side_idle: Default::default(),
             any_trap: Default::default(),
             vscale: crate::ctrl::constant(u64::from(opu_hw::isa::Csr::VScale as u8) * 32),
+            kv_index: crate::ctrl::constant(u64::from(opu_hw::isa::Csr::KvIndex as u8) * 32),
         }
     }
 }
@@ -229,13 +231,15 @@ impl<const R: usize> Logic for Top<R> {
         self.vec_q.push_pc.next = self.core.iss_pc.val();
         self.vec_q.push_reg.next = self.core.iss_reg.val();
         // the vector unit reads the `vscale` CSR (the core's snapshot at issue)
-        self.vec_q.push_aux.next = bit_cast::<128, 32>(self.core.iss_csr.val().get_bits::<32>(self.vscale.val().index()));
+        self.vec_q.push_aux.next = bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.vscale.val().index()));
         self.att_q.push.next = self.core.iss_valid.val().get_bit(3) & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val();
         self.att_q.push_word.next = self.core.iss_word.val();
         self.att_q.push_pc.next = self.core.iss_pc.val();
         self.att_q.push_reg.next = self.core.iss_reg.val();
-        // the attention unit reads the CSRs head_dim, kv_stride, attn_scale, kv_present (codes 0..4)
-        self.att_q.push_aux.next = self.core.iss_csr.val().get_bits::<128>(0);
+        // the attention unit reads the CSRs head_dim, kv_stride, attn_scale, kv_present (codes 0..4) and
+        // kv_index (bits 128..160)
+        self.att_q.push_aux.next = bit_cast::<AUX_BITS, 128>(self.core.iss_csr.val().get_bits::<128>(0))
+            | (bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.kv_index.val().index())) << 128);
         self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into())
             | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into()) << 1)
             | (bit_cast::<4, 1>((self.vec_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into()) << 2)
@@ -255,7 +259,7 @@ impl<const R: usize> Logic for Top<R> {
         self.vec.iss_valid.next = self.vec_q.pop_valid.val() & !self.vec.trap_valid.val();
         self.vec.iss_word.next = self.vec_q.pop_word.val();
         self.vec.iss_pc.next = self.vec_q.pop_pc.val();
-        self.vec.iss_aux.next = self.vec_q.pop_aux.val();
+        self.vec.iss_aux.next = self.vec_q.pop_aux.val().get_bits::<128>(0);
         self.vec_q.pop.next = self.vec.iss_ready.val() & self.vec_q.pop_valid.val() & !self.vec.trap_valid.val();
         self.vec_q.flush.next = self.core.flush.val() | self.vec.trap_valid.val();
         self.att.iss_valid.next = self.att_q.pop_valid.val() & !self.att.trap_valid.val();

@@ -416,8 +416,8 @@ fn illegal_words_trap_with_the_word() {
         u128::from_le_bytes(code[..16].try_into().unwrap()) | 1 << 100, // reserved bit of seti
         // matmul with fmt = 5 (3 bits, codes 0..3 valid)
         u128::from(opu_rtl::ctrl::decode::opcode("matmul")) | 5 << 8,
-        // csrw with csr = 12
-        u128::from(opu_rtl::ctrl::decode::opcode("csrw")) | 12 << 8,
+        // csrw with a csr past the last
+        u128::from(opu_rtl::ctrl::decode::opcode("csrw")) | (opu_hw::isa::Csr::ALL.len() as u128) << 8,
     ];
     for w in cases {
         code[16..32].copy_from_slice(&w.to_le_bytes());
@@ -553,7 +553,7 @@ fn run_mmio(config: &OverlayConfig, ops: Vec<(bool, u32, u32)>, fin_after: Optio
             let mut rf = Bits::<512>::default();
             rf.set_bits::<32>(32 * 3, 0xDB03u64.to_bits());
             x.dbg_rf.next = rf;
-            let mut csrs = Bits::<384>::default();
+            let mut csrs = Bits::<{ opu_rtl::ctrl::core::CSR_BUS }>::default();
             csrs.set_bits::<32>(32, 0xDBC1u64.to_bits());
             x.dbg_csrs.next = csrs;
             wait_clock_cycle!(ep, clock, x);

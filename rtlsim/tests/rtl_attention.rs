@@ -257,6 +257,109 @@ fn attn_traps_equal_the_functional_simulator() {
     }
 }
 
+/// Where the row-index tests put the index entries (u32 per position).
+const INDEX: u64 = 0xB000;
+
+/// `attn` and `kvappend` with a row index (`kv_index`): layer 0 dense, layer 1's present positions at rows
+/// of the index (random, within the layer's region), some absent; a `kvappend` through the index and the
+/// same `attn` one position longer reading it back; up to 130 positions (index lines past the first).
+#[test]
+fn attn_and_kvappend_through_a_row_index_equal_the_functional_simulator() {
+    if !models_or_skip("RTL attn and kvappend with kv_index vs functional simulator") {
+        return;
+    }
+    let mut rng = Rng(0x4a7_0006);
+    for case in 0..6 {
+        let mut d = attn_data(&mut rng);
+        let hd = [16u32, 32, 64][rng.below(3) as usize];
+        let group = 1 + rng.below(4) as u32;
+        let kvh = rng.below(u64::from(256 / hd).min(4)) as u32;
+        let len = if case < 2 { 100 + rng.below(31) as u32 } else { 1 + rng.below(40) as u32 };
+        let stride = hd * 2 / 32 * (1 + rng.below(2) as u32);
+        let rows = 0x2000 / (u64::from(stride) * 32);
+        for t in 0..=u64::from(len) {
+            let row = (rng.below(rows) as u32).to_le_bytes();
+            d[(INDEX + 4 * t) as usize..(INDEX + 4 * t + 4) as usize].copy_from_slice(&row);
+        }
+        // long cases: presence bytes past the first line
+        for i in 0..0x100 {
+            d[(PRES + i) as usize] = u8::from(rng.below(3) != 0);
+        }
+        let head_bytes = group * hd * 2;
+        let scale = (1.0 / (hd as f32).sqrt()).to_bits();
+        let attn = |to: u64| {
+            format!(
+                "attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}
+store spm={} mem={} bytes={head_bytes} idx=r0 stride=0
+",
+                D_SPM / 4,
+                Q_SPM / 4,
+                L1_K / 32,
+                L1_V / 32,
+                D_SPM / 4,
+                to / 32
+            )
+        };
+        // the queries and the appended K/V rows (from within the loaded bytes)
+        let p = format!(
+            "load spm={} mem={} bytes=1024 idx=r0 stride=0\n\
+             csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\ncsrw csr=attn_scale rs=r0 imm={scale}\n\
+             seti rd=r4 imm={len}\n\
+             attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\n\
+             csrw csr=kv_present rs=r0 imm={}\ncsrw csr=kv_index rs=r0 imm={}\n{}\
+             kvappend pos=r4 ksrc={} vsrc={} k={} v={}\n\
+             addi rd=r4 rs=r4 imm=1\n{}end\n",
+            Q_SPM / 4,
+            Q_MEM / 32,
+            D_SPM / 4,
+            Q_SPM / 4,
+            L0_K / 32,
+            L0_V / 32,
+            PRES / 32,
+            INDEX / 32,
+            attn(ATT_OUT),
+            Q_SPM / 4,
+            Q_SPM / 4 + 8,
+            L1_K / 32,
+            L1_V / 32,
+            attn(ATT_OUT + 0x800),
+        );
+        let cycles = compare_with_func(&p, &d);
+        eprintln!("case {case}: head_dim {hd}, group {group}, kvh {kvh}, {len} positions, kv_stride {stride}, indexed: {cycles} cycles");
+    }
+}
+
+#[test]
+fn row_index_traps_equal_the_functional_simulator() {
+    if !models_or_skip("RTL kv_index traps") {
+        return;
+    }
+    let mut rng = Rng(0x4a7_0007);
+    let mut d = attn_data(&mut rng);
+    // entries: row t for position t, except position 9's, far past device memory
+    for t in 0..16u64 {
+        let row: u32 = if t == 9 { 0x0FFF_FFFF } else { t as u32 };
+        d[(INDEX + 4 * t) as usize..(INDEX + 4 * t + 4) as usize].copy_from_slice(&row.to_le_bytes());
+    }
+    let mem_lines = (1u64 << 30) / 32;
+    let ok = "csrw csr=head_dim rs=r0 imm=64\ncsrw csr=kv_stride rs=r0 imm=4\nseti rd=r4 imm=12";
+    let idx = format!("csrw csr=kv_index rs=r0 imm={}", INDEX / 32);
+    let attn = "attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180";
+    let kvappend = "kvappend pos=r5 ksrc=0 vsrc=64 k=0x200 v=0x400";
+    for (what, setup, m) in [
+        ("the index past device memory", format!("{ok}\nseti rd=r7 imm={}\ncsrw csr=kv_index rs=r7 imm=0", mem_lines - 1), attn),
+        ("a present position's row past device memory", format!("{ok}\n{idx}"), attn),
+        ("with presence bytes", format!("{ok}\n{idx}\ncsrw csr=kv_present rs=r0 imm={}", PRES / 32), attn),
+        ("kvappend: its row past device memory", format!("{ok}\n{idx}\nseti rd=r5 imm=9"), kvappend),
+        ("kvappend: its entry past device memory", format!("{ok}\nseti rd=r7 imm={}\ncsrw csr=kv_index rs=r7 imm=0\nseti rd=r5 imm=8", mem_lines - 1), kvappend),
+        ("kvappend through the index", format!("{ok}\n{idx}\nseti rd=r5 imm=3"), kvappend),
+    ] {
+        let text = format!("{setup}\nseti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
+        compare_with_func(&text, &d);
+        eprintln!("equal: {what}");
+    }
+}
+
 /// Where the `route` tests put their operands: `x` (FP16), three routers (execute row, skip row, biases),
 /// the presence bytes.
 const X_MEM: u64 = 0x0;

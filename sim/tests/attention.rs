@@ -278,3 +278,91 @@ fn many_positions_in_chunks_and_threads_match_the_reference() {
         assert_eq!(sim.stats().bytes_read, (2 * len * 32) as u64);
     }
 }
+
+const INDEX: u32 = 0x4800;
+
+#[test]
+fn the_row_index_places_each_positions_kv_and_attn_and_kvappend_follow_it() {
+    let mut r = rng(24);
+    let mut sim = sim();
+    let len = 6usize;
+    let gen = |r: &mut rand::rngs::StdRng| -> Vec<Vec<u16>> { (0..len).map(|_| small_f16s(r, HD, 2.0)).collect() };
+    let (k0, v0, k1, v1) = (gen(&mut r), gen(&mut r), gen(&mut r), gen(&mut r));
+    // Layer 0 dense (row = position); layer 1's present positions at rows of a shared pool, in any order.
+    put_kv(&mut sim, 0x2000, 0x3000, &k0, &v0);
+    let present = [1u8, 0, 1, 1, 0, 1];
+    let rows = [5u32, 77, 0, 9, 0xFFFF_FFFF, 2]; // absent positions' entries are never used
+    for t in 0..len {
+        if present[t] != 0 {
+            mem_put(&mut sim, 0x5000 + rows[t], &f16_bytes(&k1[t]));
+            mem_put(&mut sim, 0x6000 + rows[t], &f16_bytes(&v1[t]));
+        }
+    }
+    mem_put(&mut sim, PRESENCE, &present);
+    mem_put(&mut sim, INDEX, &rows.iter().flat_map(|r| r.to_le_bytes()).collect::<Vec<u8>>());
+    let q: Vec<Vec<u16>> = (0..GROUP).map(|_| small_f16s(&mut r, HD, 2.0)).collect();
+    spm_put(&mut sim, 0, &f16_bytes(&q.concat()));
+    let (k_new, v_new) = (small_f16s(&mut r, HD, 1.0), small_f16s(&mut r, HD, 1.0));
+    spm_put(&mut sim, 0x300, &f16_bytes(&k_new));
+    spm_put(&mut sim, 0x310, &f16_bytes(&v_new));
+    // position 6's row, for the kvappend
+    let mut index = mem_get(&mut sim, INDEX, 32);
+    index[24..28].copy_from_slice(&13u32.to_le_bytes());
+    mem_put(&mut sim, INDEX, &index);
+    let scale = 0.25f32;
+    let text = format!(
+        "csrw csr=head_dim rs=r0 imm={HD}
+         csrw csr=kv_stride rs=r0 imm=1
+         csrw csr=attn_scale rs=r0 imm={:#x}
+         addi rd=r1 rs=r9 imm=1
+         attn group={GROUP} kvh={KVH} len=r1 dst=0x100 q=0 k=0x2000 v=0x3000
+         csrw csr=kv_present rs=r0 imm={PRESENCE}
+         csrw csr=kv_index rs=r0 imm={INDEX}
+         attn group={GROUP} kvh={KVH} len=r1 dst=0x200 q=0 k=0x5000 v=0x6000
+         addi rd=r2 rs=r9 imm=1
+         kvappend pos=r2 ksrc=0x300 vsrc=0x310 k=0x5000 v=0x6000
+         end",
+        scale.to_bits()
+    );
+    run_ok(&mut sim, &text, &[0, len as u32 - 1]);
+    let pick =
+        |t: usize, a: &Vec<Vec<u16>>, b: &Vec<Vec<u16>>| if present[t] != 0 { b[t].clone() } else { a[t].clone() };
+    let k_eff: Vec<Vec<u16>> = (0..len).map(|t| pick(t, &k0, &k1)).collect();
+    let v_eff: Vec<Vec<u16>> = (0..len).map(|t| pick(t, &v0, &v1)).collect();
+    assert_eq!(to_f16s(&spm_get(&sim, 0x200, 2 * GROUP * HD)), expected(&q, &k_eff, &v_eff, scale));
+    // kvappend wrote position 6 at its row 13 and marked it
+    assert_eq!(mem_get(&mut sim, 0x5000 + 13, 32), f16_bytes(&k_new));
+    assert_eq!(mem_get(&mut sim, 0x6000 + 13, 32), f16_bytes(&v_new));
+    assert_eq!(mem_get(&mut sim, PRESENCE, 7)[6], 1);
+    let s = sim.stats();
+    assert_eq!(s.kv_history_hits, 2);
+    // layer 0: 12 rows; layer 1: 6 presence bytes, 6 index entries, 4 K and 4 V rows; kvappend: its entry
+    assert_eq!(s.bytes_read, (12 * 32 + 6 + 6 * 4 + 8 * 32 + 4) as u64);
+    assert_eq!(s.bytes_written, (2 * 32 + 1) as u64);
+}
+
+#[test]
+fn a_row_index_outside_device_memory_traps() {
+    let mut sim = sim();
+    let mem_lines = (OverlayConfig::sim().device_memory_bytes / 32) as u32;
+    let prologue = format!("csrw csr=head_dim rs=r0 imm={HD}\ncsrw csr=kv_stride rs=r0 imm=1\nseti rd=r1 imm=4\n");
+    // the index span itself: 9 entries (36 bytes) from the last line
+    let at = mem_lines - 1;
+    let text = format!("{prologue}csrw csr=kv_index rs=r0 imm={at}\nseti rd=r1 imm=9\nattn group=1 kvh=0 len=r1 dst=0x100 q=0 k=0x2000 v=0x3000\nend");
+    let res = run(&mut sim, &text, &[]);
+    expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 5, u64::from(mem_lines) * 32);
+    // an entry whose row lies past device memory: the first faulting byte of its K row
+    mem_put(&mut sim, INDEX, &[0, 0, 0, 0, 1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0x0F, 2, 0, 0, 0]);
+    let text = format!("{prologue}csrw csr=kv_index rs=r0 imm={INDEX}\nattn group=1 kvh=0 len=r1 dst=0x100 q=0 k=0x2000 v=0x3000\nend");
+    let res = run(&mut sim, &text, &[]);
+    expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 4, (0x2000u64 + 0x0FFF_FFFF) * 32);
+    // kvappend reads its position's entry: position 2's row is past memory too
+    let text = format!("{prologue}csrw csr=kv_index rs=r0 imm={INDEX}\nseti rd=r2 imm=2\nkvappend pos=r2 ksrc=0 vsrc=0 k=0x2000 v=0x3000\nend");
+    let res = run(&mut sim, &text, &[]);
+    expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 5, (0x2000u64 + 0x0FFF_FFFF) * 32);
+    // and its entry past memory
+    let text = format!("{prologue}csrw csr=kv_index rs=r0 imm={at}\nseti rd=r2 imm=8\nkvappend pos=r2 ksrc=0 vsrc=0 k=0x2000 v=0x3000\nend");
+    let res = run(&mut sim, &text, &[]);
+    expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 5, u64::from(at) * 32 + 32);
+    assert_eq!(sim.stats().bytes_written, 0);
+}

@@ -316,6 +316,9 @@ csrs! {
     ConvStride = 10, "conv_stride";
     /// Zero padding of `conv`.
     ConvPad = 11, "conv_pad";
+    /// Line address of this layer's KV row index (a u32 row per position: where `attn` and `kvappend` find
+    /// the position's K and V); 0xFFFFFFFF: the row is the position.
+    KvIndex = 12, "kv_index";
 }
 
 impl Field for Csr {

@@ -40,11 +40,18 @@
 //! to the memory the next cycle: K's lines, V's, and the presence byte as a one-byte write (in that order,
 //! so V wins where the rows overlap, as in the functional simulator).
 //!
+//! With `kv_index` set (docs/isa.md, the row index), a present position's rows are at its index entry's row:
+//! `attn` checks the index span after the presence bytes and always scans the positions first; the scan and
+//! the fetch read a line of 8 entries when a present position needs one not held (with nothing else in
+//! flight), then take the rows' addresses from the entry; `kvappend` reads its entry after its sources.
+//!
 //! The unit reads the CSRs `head_dim`, `kv_stride`, `attn_scale` and `kv_present` as the core saw them when
-//! it issued the instruction (the issue queue's auxiliary operand, CSR `c` at bits `32c..32c+32`).
+//! it issued the instruction (the issue queue's auxiliary operand, CSR `c` at bits `32c..32c+32`), and
+//! `kv_index` at bits 128..160.
 
 pub mod lanes;
 
+use crate::ctrl::queue::AUX_BITS;
 use crate::ctrl::{constant as k, decode};
 use crate::reduce::Reduce;
 use crate::router::Router;
@@ -70,6 +77,11 @@ pub enum AttnState {
     /// The K and V sources in the scratchpad.
     Check1,
     Check2,
+    /// With `kv_index`: the index entry of `P` in device memory, its line, the row's line addresses.
+    KIdxChk,
+    KIdxReq,
+    KIdxWait,
+    KIdxRow,
     /// The K row, the V row and the presence byte in device memory.
     Check3,
     Check4,
@@ -85,6 +97,8 @@ pub enum AttnState {
     AChk1,
     AChk2,
     AChk3,
+    /// The row index's span (with `kv_index`).
+    AChk3i,
     /// The last position's rows; whether a scan is needed.
     AChk4,
     AChk5,
@@ -94,6 +108,11 @@ pub enum AttnState {
     PosStart,
     PresReq,
     PresWait,
+    /// A present position's index entry (its line read when `t` enters it), then its rows' line addresses.
+    PosIdx,
+    IdxReq,
+    IdxWait,
+    IdxRow,
     PosGo,
     /// The positions stream through the fetch, score and update engines ([`FetchState`], `s_busy`, `u_busy`).
     Run,
@@ -128,6 +147,12 @@ pub enum FetchState {
     Pos,
     PresReq,
     PresWait,
+    /// With `kv_index`: a present position's index entry (a line of 8 read when `t` enters it, with nothing
+    /// else in flight), then its rows' line addresses.
+    Idx,
+    IdxReq,
+    IdxWait,
+    IdxRow,
     /// Room in the rings; present or absent.
     Go,
     /// The K then V line requests of a present position.
@@ -144,13 +169,13 @@ pub struct AttentionUnit {
     pub flush: Signal<In, Bit>,
 
     // ---- issue (from the core, through the unit's queue): the register operand is `r[len]` or `r[pos]`, the
-    // auxiliary operand the CSRs 0..4
+    // auxiliary operand the CSRs 0..4 and `kv_index` (bits 128..160)
     pub iss_valid: Signal<In, Bit>,
     pub iss_ready: Signal<Out, Bit>,
     pub iss_word: Signal<In, Bits<128>>,
     pub iss_pc: Signal<In, Bits<32>>,
     pub iss_reg: Signal<In, Bits<32>>,
-    pub iss_aux: Signal<In, Bits<128>>,
+    pub iss_aux: Signal<In, Bits<AUX_BITS>>,
     pub idle: Signal<Out, Bit>,
     pub progress: Signal<Out, Bit>,
     pub trap_valid: Signal<Out, Bit>,
@@ -224,6 +249,11 @@ pub struct AttentionUnit {
     stride: DFF<Bits<32>>,
     scale: DFF<Bits<32>>,
     kvp: DFF<Bits<32>>,
+    /// The `kv_index` CSR; the index line held (8 entries) and its line number.
+    kvi: DFF<Bits<32>>,
+    idx: DFF<Bits<256>>,
+    idx_line: DFF<Bits<32>>,
+    idx_valid: DFF<Bit>,
     group: DFF<Bits<4>>,
     kvh: DFF<Bits<8>>,
     dst: DFF<Bits<20>>,
@@ -360,6 +390,7 @@ pub struct AttentionUnit {
     csr_stride: Constant<Bits<8>>,
     csr_scale: Constant<Bits<8>>,
     csr_kvp: Constant<Bits<8>>,
+    csr_kvi: Constant<Bits<8>>,
     c_bad: Constant<Bits<4>>,
     c_mem: Constant<Bits<4>>,
     c_spm: Constant<Bits<4>>,
@@ -414,6 +445,14 @@ pub struct AttentionUnit {
     is_present: Signal<Local, Bit>,
     slot_ok: Signal<Local, Bit>,
     pres_sh: Signal<Local, Bits<256>>,
+    /// Position `t`'s index line, whether it is not the one held, its entry (the row); the multiplier's
+    /// operand (`r[pos]`, or the row of an index entry).
+    idx_need: Signal<Local, Bits<32>>,
+    idx_stale: Signal<Local, Bit>,
+    idx_sh: Signal<Local, Bits<256>>,
+    idx_entry: Signal<Local, Bits<32>>,
+    indexed: Signal<Local, Bit>,
+    mul_op: Signal<Local, Bits<32>>,
     kv_line: Signal<Local, Bits<72>>,
     qwa: Signal<Local, Bits<32>>,
     beat_l: Signal<Local, Bits<8>>,
@@ -522,6 +561,10 @@ impl AttentionUnit {
             stride: Default::default(),
             scale: Default::default(),
             kvp: Default::default(),
+            kvi: Default::default(),
+            idx: Default::default(),
+            idx_line: Default::default(),
+            idx_valid: Default::default(),
             group: Default::default(),
             kvh: Default::default(),
             dst: Default::default(),
@@ -630,6 +673,8 @@ impl AttentionUnit {
             csr_stride: k(32 * Csr::KvStride as u64),
             csr_scale: k(32 * Csr::AttnScale as u64),
             csr_kvp: k(32 * Csr::KvPresent as u64),
+            // the queue's auxiliary operand carries kv_index after the CSRs 0..4
+            csr_kvi: k(128),
             c_bad: k(ErrorCode::BadOperand as u64),
             c_mem: k(ErrorCode::MemOutOfRange as u64),
             c_spm: k(ErrorCode::ScratchpadOutOfRange as u64),
@@ -676,6 +721,12 @@ impl AttentionUnit {
             is_present: Default::default(),
             slot_ok: Default::default(),
             pres_sh: Default::default(),
+            idx_need: Default::default(),
+            idx_stale: Default::default(),
+            idx_sh: Default::default(),
+            idx_entry: Default::default(),
+            indexed: Default::default(),
+            mul_op: Default::default(),
             kv_line: Default::default(),
             qwa: Default::default(),
             beat_l: Default::default(),
@@ -716,7 +767,7 @@ impl Logic for AttentionUnit {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, state, pc, pos, ksrc, vsrc, kline, vline, hd, stride, scale, kvp, group, kvh, dst, qsrc, krow,
+            self, clock, state, pc, pos, ksrc, vsrc, kline, vline, hd, stride, scale, kvp, kvi, idx, idx_line, idx_valid, group, kvh, dst, qsrc, krow,
             vrow, mark_byte, li, second, trap_r, trap_code_r, trap_info_r, rd_total, wr_total, macs_total, hits_total,
             outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, dpass, rq, rs, qg, ql,
             qcap_v, qcap_g, qcap_l, pass, beat, qbase, sc_v, sc_beat, hold_v, hold_row, hold_score, smcnt, ug, ui,
@@ -803,10 +854,20 @@ impl Logic for AttentionUnit {
         self.nchunk.next = self.nl.val() << 1;
         self.npass.next = (self.group.q.val() + 1) >> 1;
         self.heads_bytes.next = (bit_cast::<16, 4>(self.group.q.val()) * self.hd.q.val().get_bits::<16>(0)) << 1;
-        self.p_ll.next = self.pos.q.val().get_bits::<16>(0) * self.stride.q.val().get_bits::<16>(0);
-        self.p_lh.next = self.pos.q.val().get_bits::<16>(0) * self.stride.q.val().get_bits::<16>(16);
-        self.p_hl.next = self.pos.q.val().get_bits::<16>(16) * self.stride.q.val().get_bits::<16>(0);
-        self.p_hh.next = self.pos.q.val().get_bits::<16>(16) * self.stride.q.val().get_bits::<16>(16);
+        // ---- the row index: position `t`'s line of 8 entries and its entry
+        self.indexed.next = self.kvi.q.val() != self.ones32.val();
+        self.idx_need.next = self.t.q.val() >> 3;
+        self.idx_stale.next = self.indexed.val() & !(self.idx_valid.q.val() & (self.idx_line.q.val() == self.idx_need.val()));
+        self.idx_sh.next = self.idx.q.val() >> (bit_cast::<9, 3>(self.t.q.val().get_bits::<3>(0)) << 5);
+        self.idx_entry.next = self.idx_sh.val().get_bits::<32>(0);
+        self.mul_op.next = self.pos.q.val();
+        if (self.state.q.val() == AttnState::KIdxRow) | (self.state.q.val() == AttnState::IdxRow) | (self.fst.q.val() == FetchState::IdxRow) {
+            self.mul_op.next = self.idx_entry.val();
+        }
+        self.p_ll.next = self.mul_op.val().get_bits::<16>(0) * self.stride.q.val().get_bits::<16>(0);
+        self.p_lh.next = self.mul_op.val().get_bits::<16>(0) * self.stride.q.val().get_bits::<16>(16);
+        self.p_hl.next = self.mul_op.val().get_bits::<16>(16) * self.stride.q.val().get_bits::<16>(0);
+        self.p_hh.next = self.mul_op.val().get_bits::<16>(16) * self.stride.q.val().get_bits::<16>(16);
         self.pstride.next = bit_cast::<72, 32>(self.p_ll.val())
             + (bit_cast::<72, 32>(self.p_lh.val()) << 16)
             + (bit_cast::<72, 32>(self.p_hl.val()) << 16)
@@ -857,6 +918,15 @@ impl Logic for AttentionUnit {
         if self.state.q.val() == AttnState::AChk3 {
             self.mem_start.next = bit_cast::<72, 32>(self.kvp.q.val()) << 5;
             self.mem_len.next = bit_cast::<72, 32>(self.t.q.val());
+        }
+        if self.state.q.val() == AttnState::AChk3i {
+            // the index entries of positions 0..r[len]
+            self.mem_start.next = bit_cast::<72, 32>(self.kvi.q.val()) << 5;
+            self.mem_len.next = bit_cast::<72, 32>(self.t.q.val()) << 2;
+        }
+        if self.state.q.val() == AttnState::KIdxChk {
+            self.mem_start.next = (bit_cast::<72, 32>(self.kvi.q.val()) << 5) + (bit_cast::<72, 32>(self.pos.q.val()) << 2);
+            self.mem_len.next = 4.into();
         }
         self.mem_bad.next = self.mem_start.val() + self.mem_len.val() > self.mem_bytes.val();
         self.mem_first.next = self.mem_bytes.val().get_bits::<64>(0);
@@ -922,6 +992,9 @@ impl Logic for AttentionUnit {
         self.m_addr.next = self.row_line.val().get_bits::<64>(0);
         if (self.state.q.val() == AttnState::PresReq) | (self.fst.q.val() == FetchState::PresReq) {
             self.m_addr.next = bit_cast::<64, 32>(self.kvp.q.val()) + bit_cast::<64, 32>(self.pres_need.val());
+        }
+        if (self.state.q.val() == AttnState::IdxReq) | (self.state.q.val() == AttnState::KIdxReq) | (self.fst.q.val() == FetchState::IdxReq) {
+            self.m_addr.next = bit_cast::<64, 32>(self.kvi.q.val()) + bit_cast::<64, 32>(self.idx_need.val());
         }
         if self.fst.q.val() == FetchState::Req {
             self.m_addr.next = self.kv_line.val().get_bits::<64>(0);
@@ -1295,6 +1368,8 @@ impl Logic for AttentionUnit {
                     self.stride.d.next = self.iss_aux.val().get_bits::<32>(self.csr_stride.val().index());
                     self.scale.d.next = self.iss_aux.val().get_bits::<32>(self.csr_scale.val().index());
                     self.kvp.d.next = self.iss_aux.val().get_bits::<32>(self.csr_kvp.val().index());
+                    self.kvi.d.next = self.iss_aux.val().get_bits::<32>(self.csr_kvi.val().index());
+                    self.idx_valid.d.next = false;
                     self.mval.d.next = true;
                     self.is_route.d.next = false;
                     self.state.d.next = AttnState::Check0;
@@ -1338,7 +1413,35 @@ impl Logic for AttentionUnit {
             }
             AttnState::Check2 => {
                 self.state.d.next = AttnState::Check3;
+                if self.indexed.val() {
+                    self.state.d.next = AttnState::KIdxChk;
+                }
                 self.chk_spm.next = true;
+            }
+            AttnState::KIdxChk => {
+                // the index entry of `P` (`t` = `P`), then its line
+                self.state.d.next = AttnState::KIdxReq;
+                self.chk_mem.next = true;
+            }
+            AttnState::KIdxReq => {
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.state.d.next = AttnState::KIdxWait;
+                }
+            }
+            AttnState::KIdxWait => {
+                // the line is taken below
+                if self.m_resp.val() {
+                    self.state.d.next = AttnState::KIdxRow;
+                }
+            }
+            AttnState::KIdxRow => {
+                // the rows at the entry's row (the multiplier takes the entry in this state)
+                self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val()) + self.pstride.val();
+                self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
+                self.rd_total.d.next = self.rd_total.q.val() + 4;
+                self.progress.next = true;
+                self.state.d.next = AttnState::Check3;
             }
             AttnState::Check3 => {
                 self.state.d.next = AttnState::Check4;
@@ -1526,12 +1629,21 @@ impl Logic for AttentionUnit {
                 self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
                 self.width_ok.d.next = bit_cast::<32, 16>(self.p_a.val().get_bits::<16>(0)) <= self.hist_width.val();
                 self.chk_mem.next = self.kvp.q.val() != self.ones32.val();
+                if self.indexed.val() {
+                    self.state.d.next = AttnState::AChk3i;
+                }
+            }
+            AttnState::AChk3i => {
+                self.state.d.next = AttnState::AChk4;
+                self.chk_mem.next = true;
             }
             AttnState::AChk4 => {
                 // nothing can trap when the last position's rows are in memory (rows only move up with the
-                // position) and every absent position has its slot; else scan the positions in order
+                // position; not so with a row index) and every absent position has its slot; else scan the
+                // positions in order
                 self.scan.d.next = true;
-                if !((self.krow.q.val() << 5) + bit_cast::<72, 32>(self.row_bytes.val()) > self.mem_bytes.val())
+                if !self.indexed.val()
+                    & !((self.krow.q.val() << 5) + bit_cast::<72, 32>(self.row_bytes.val()) > self.mem_bytes.val())
                     & !((self.vrow.q.val() << 5) + bit_cast::<72, 32>(self.row_bytes.val()) > self.mem_bytes.val())
                     & ((self.kvp.q.val() == self.ones32.val()) | ((self.t.q.val() <= self.hist_slots.val()) & self.width_ok.q.val()))
                 {
@@ -1547,6 +1659,7 @@ impl Logic for AttentionUnit {
                 self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val());
                 self.hbase.d.next = self.hb0.val().get_bits::<HIST_LINE_BITS>(0);
                 self.pres_valid.d.next = false;
+                self.idx_valid.d.next = false;
                 self.second.d.next = false;
                 self.qg.d.next = 0.into();
                 self.ql.d.next = 0.into();
@@ -1587,6 +1700,13 @@ impl Logic for AttentionUnit {
                         if self.kvp.q.val() != self.ones32.val() {
                             self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.pos.q.val());
                         }
+                        if self.indexed.val() {
+                            // the index entries (and the presence bytes, when both are set)
+                            self.rd_total.d.next = self.rd_total.q.val() + (bit_cast::<64, 32>(self.pos.q.val()) << 2);
+                            if self.kvp.q.val() != self.ones32.val() {
+                                self.rd_total.d.next = self.rd_total.q.val() + (bit_cast::<64, 32>(self.pos.q.val()) << 2) + bit_cast::<64, 32>(self.pos.q.val());
+                            }
+                        }
                         self.state.d.next = AttnState::Run;
                         self.fst.d.next = FetchState::Pos;
                     }
@@ -1594,7 +1714,7 @@ impl Logic for AttentionUnit {
             }
             // ---- attn: positions
             AttnState::PosStart => {
-                self.state.d.next = AttnState::PosGo;
+                self.state.d.next = AttnState::PosIdx;
                 self.second.d.next = false;
                 if self.pres_stale.val() {
                     self.state.d.next = AttnState::PresReq;
@@ -1609,8 +1729,34 @@ impl Logic for AttentionUnit {
             AttnState::PresWait => {
                 // the line is taken below
                 if self.m_resp.val() {
-                    self.state.d.next = AttnState::PosGo;
+                    self.state.d.next = AttnState::PosIdx;
                 }
+            }
+            AttnState::PosIdx => {
+                // a present position's rows from its index entry
+                self.state.d.next = AttnState::PosGo;
+                if self.indexed.val() & self.is_present.val() {
+                    self.state.d.next = AttnState::IdxRow;
+                    if self.idx_stale.val() {
+                        self.state.d.next = AttnState::IdxReq;
+                    }
+                }
+            }
+            AttnState::IdxReq => {
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.state.d.next = AttnState::IdxWait;
+                }
+            }
+            AttnState::IdxWait => {
+                if self.m_resp.val() {
+                    self.state.d.next = AttnState::IdxRow;
+                }
+            }
+            AttnState::IdxRow => {
+                self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val()) + self.pstride.val();
+                self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
+                self.state.d.next = AttnState::PosGo;
             }
             AttnState::PosGo => {
                 // the checks of position t: K's row then (second cycle) V's, or the history slot
@@ -1722,7 +1868,7 @@ impl Logic for AttentionUnit {
                         self.fst.d.next = FetchState::PresReq;
                     }
                 } else {
-                    self.fst.d.next = FetchState::Go;
+                    self.fst.d.next = FetchState::Idx;
                 }
             }
             FetchState::PresReq => {
@@ -1734,8 +1880,38 @@ impl Logic for AttentionUnit {
             FetchState::PresWait => {
                 // the line is taken below
                 if self.m_resp.val() {
-                    self.fst.d.next = FetchState::Go;
+                    self.fst.d.next = FetchState::Idx;
                 }
+            }
+            FetchState::Idx => {
+                // a present position's rows from its index entry (a new index line is read with nothing
+                // else in flight, as a presence line is)
+                self.fst.d.next = FetchState::Go;
+                if self.indexed.val() & self.is_present.val() {
+                    self.fst.d.next = FetchState::IdxRow;
+                    if self.idx_stale.val() {
+                        self.fst.d.next = FetchState::Idx;
+                        if self.outstanding.q.val() == 0 {
+                            self.fst.d.next = FetchState::IdxReq;
+                        }
+                    }
+                }
+            }
+            FetchState::IdxReq => {
+                self.m_req.next = true;
+                if self.m_req_ready.val() {
+                    self.fst.d.next = FetchState::IdxWait;
+                }
+            }
+            FetchState::IdxWait => {
+                if self.m_resp.val() {
+                    self.fst.d.next = FetchState::IdxRow;
+                }
+            }
+            FetchState::IdxRow => {
+                self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val()) + self.pstride.val();
+                self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
+                self.fst.d.next = FetchState::Go;
             }
             FetchState::Go => {
                 if self.ring_used.q.val() + bit_cast::<9, 8>(self.nl.val()) <= self.ring_lines.val() {
@@ -1794,11 +1970,19 @@ impl Logic for AttentionUnit {
             self.pres_valid.d.next = true;
             self.progress.next = true;
         }
+        if ((self.state.q.val() == AttnState::IdxWait) | (self.state.q.val() == AttnState::KIdxWait) | (self.fst.q.val() == FetchState::IdxWait))
+            & self.m_resp.val()
+        {
+            self.idx.d.next = self.m_rdata.val();
+            self.idx_line.d.next = self.idx_need.val();
+            self.idx_valid.d.next = true;
+            self.progress.next = true;
+        }
 
         // the response side: lines arrive in request order, K's then V's of position `tr`, into the rings and,
         // when the position has a slot, into the history
         self.slot_r_ok.next = (self.tr.q.val() < self.hist_slots.val()) & self.width_ok.q.val();
-        if (self.state.q.val() == AttnState::Run) & self.m_resp.val() & (self.fst.q.val() != FetchState::PresWait) {
+        if (self.state.q.val() == AttnState::Run) & self.m_resp.val() & (self.fst.q.val() != FetchState::PresWait) & (self.fst.q.val() != FetchState::IdxWait) {
             self.progress.next = true;
             self.rs.d.next = self.rs.q.val() + 1;
             if self.rs.q.val() < self.nl.val() {

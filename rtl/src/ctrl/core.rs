@@ -197,6 +197,7 @@ pub struct Core {
     c_spm_range: Constant<Bits<4>>,
     c_watchdog: Constant<Bits<4>>,
     kv_present_idx: Constant<Bits<4>>,
+    kv_index_idx: Constant<Bits<4>>,
     ones32: Constant<Bits<32>>,
     /// Offsets of the ROM entry's fields (`decode::entry`).
     e_known: Constant<Bits<8>>,
@@ -392,6 +393,7 @@ impl Core {
             c_spm_range: code(ErrorCode::ScratchpadOutOfRange),
             c_watchdog: code(ErrorCode::Watchdog),
             kv_present_idx: k(opu_hw::isa::Csr::KvPresent as u64),
+            kv_index_idx: k(opu_hw::isa::Csr::KvIndex as u64),
             ones32: k(0xFFFF_FFFF),
             e_known: k(entry::KNOWN as u64),
             e_used: k(entry::USED as u64),
@@ -601,8 +603,10 @@ impl Logic for Core {
                     self.pc.d.next = 0.into();
                     self.rf.d.next = bit_cast::<RF_BITS, 256>(self.args.val()) << 256;
                     self.preds.d.next = 0.into();
-                    self.csrs.d.next = bit_cast::<CSR_BUS, 32>(self.ones32.val())
-                        << (bit_cast::<10, 4>(self.kv_present_idx.val()) << 5);
+                    // kv_present and kv_index reset to 0xFFFFFFFF
+                    self.csrs.d.next = (bit_cast::<CSR_BUS, 32>(self.ones32.val())
+                        << (bit_cast::<10, 4>(self.kv_present_idx.val()) << 5))
+                        | (bit_cast::<CSR_BUS, 32>(self.ones32.val()) << (bit_cast::<10, 4>(self.kv_index_idx.val()) << 5));
                     self.rbusy.d.next = 0.into();
                     self.pbusy.d.next = 0.into();
                     self.cyc.d.next = 0.into();

@@ -8,8 +8,10 @@ use rust_hdl::prelude::*;
 
 /// Entries of a queue.
 pub const QUEUE_DEPTH: usize = 4;
-/// An entry: word (bits 0..128), pc (128..160), register operand (160..192), auxiliary operand (192..320).
-pub const ENTRY_BITS: usize = 320;
+/// Bits of the auxiliary operand (the attention unit's five CSRs).
+pub const AUX_BITS: usize = 160;
+/// An entry: word (bits 0..128), pc (128..160), register operand (160..192), auxiliary operand (192..352).
+pub const ENTRY_BITS: usize = 192 + AUX_BITS;
 
 #[derive(LogicBlock, Default)]
 pub struct IssueQueue {
@@ -21,14 +23,14 @@ pub struct IssueQueue {
     pub push_word: Signal<In, Bits<128>>,
     pub push_pc: Signal<In, Bits<32>>,
     pub push_reg: Signal<In, Bits<32>>,
-    pub push_aux: Signal<In, Bits<128>>,
+    pub push_aux: Signal<In, Bits<AUX_BITS>>,
     // pop side (the unit): `pop_valid` with the head entry; `pop` takes it
     pub pop_valid: Signal<Out, Bit>,
     pub pop: Signal<In, Bit>,
     pub pop_word: Signal<Out, Bits<128>>,
     pub pop_pc: Signal<Out, Bits<32>>,
     pub pop_reg: Signal<Out, Bits<32>>,
-    pub pop_aux: Signal<Out, Bits<128>>,
+    pub pop_aux: Signal<Out, Bits<AUX_BITS>>,
     /// No entry held.
     pub empty: Signal<Out, Bit>,
 
@@ -65,11 +67,11 @@ impl Logic for IssueQueue {
         self.pop_word.next = self.head_entry.val().get_bits::<128>(0);
         self.pop_pc.next = self.head_entry.val().get_bits::<32>(128);
         self.pop_reg.next = self.head_entry.val().get_bits::<32>(160);
-        self.pop_aux.next = self.head_entry.val().get_bits::<128>(192);
+        self.pop_aux.next = self.head_entry.val().get_bits::<AUX_BITS>(192);
         self.entry_in.next = bit_cast::<ENTRY_BITS, 128>(self.push_word.val())
             | (bit_cast::<ENTRY_BITS, 32>(self.push_pc.val()) << 128)
             | (bit_cast::<ENTRY_BITS, 32>(self.push_reg.val()) << 160)
-            | (bit_cast::<ENTRY_BITS, 128>(self.push_aux.val()) << 192);
+            | (bit_cast::<ENTRY_BITS, AUX_BITS>(self.push_aux.val()) << 192);
         self.do_push.next = self.push.val() & (self.count.q.val() < 4);
         self.do_pop.next = self.pop.val() & (self.count.q.val() != 0);
         self.tail.next = self.head.q.val() + bit_cast::<2, 3>(self.count.q.val());
@@ -97,4 +99,4 @@ impl Logic for IssueQueue {
     }
 }
 
-const _: () = assert!(QUEUE_DEPTH == 4 && ENTRY_BITS == 128 + 32 + 32 + 128);
+const _: () = assert!(QUEUE_DEPTH == 4 && ENTRY_BITS == 128 + 32 + 32 + AUX_BITS);

@@ -53,6 +53,11 @@ pub(crate) struct Work {
     pub mem_lines_written: u64,
     /// `attn`: positions attended.
     pub positions: u64,
+    /// `attn` with a row index (`kv_index`): the present positions, and the 32-byte lines of presence bytes
+    /// and of index entries the RTL reads for them; `kvappend` with one: 1 (its entry's line).
+    pub indexed_present: u64,
+    pub presence_lines: u64,
+    pub index_lines: u64,
 }
 
 /// RTL constants (cycles), fitted as the module comment says.
@@ -83,6 +88,9 @@ mod rtl {
     pub const ATTN_SCORE_GAP: u64 = 10;
     /// `kvappend`: checks and the presence byte, then a line per cycle.
     pub const KVAPPEND_BASE: u64 = 15;
+    /// A presence or row-index line read with nothing else in flight: its request, response and the state
+    /// that takes it, beyond the memory latency.
+    pub const INDEX_LINE: u64 = 3;
     /// `route`: checks, the biases, the router's depth.
     pub const ROUTE_BASE: u64 = 145;
     /// A DMA read's own cycles besides the latency and its lines; a write's.
@@ -156,9 +164,17 @@ impl CostModel {
                 // (a line per head), the fetch (a cycle per line and two), and the gaps the softmax and the
                 // output buffer need
                 let period = (2 * pairs * lines).max(g * lines).max(2 + 2 * lines).max(ATTN_UPDATE_GAP).max(ATTN_SCORE_GAP);
-                (if w.positions == 0 { 0 } else { first + (w.positions - 1) * period }, 0)
+                // with a row index the rows are anywhere: every position is checked first (the scan: 3 cycles,
+                // 2 more for a present one's rows, a memory latency per presence or index line), and the
+                // fetch reads each index line with nothing in flight
+                let indexed = if w.index_lines == 0 {
+                    0
+                } else {
+                    3 * w.positions + 2 * w.indexed_present + (w.presence_lines + 2 * w.index_lines) * (lat + INDEX_LINE)
+                };
+                (if w.positions == 0 { 0 } else { first + (w.positions - 1) * period + indexed }, 0)
             }
-            Instr::Kvappend { .. } => (KVAPPEND_BASE + w.mem_lines_written, 0),
+            Instr::Kvappend { .. } => (KVAPPEND_BASE + w.mem_lines_written + w.index_lines * (lat + INDEX_LINE), 0),
             Instr::Route { cols, .. } => (ROUTE_BASE + u64::from(cols) / 4, 0),
             Instr::Load { .. } | Instr::Load2d { .. } => (w.mem_rows_read * lat + w.mem_lines_read + LOAD_EXTRA, 0),
             Instr::Store { .. } | Instr::Store2d { .. } => (w.mem_lines_written + STORE_EXTRA, 0),

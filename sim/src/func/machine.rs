@@ -14,6 +14,8 @@ use super::stats::{Counters, RegionTable};
 
 /// `kv_present` value that turns presence tracking off (every position present).
 pub(crate) const ALL_PRESENT: u32 = 0xFFFF_FFFF;
+/// `kv_index` value that turns the row index off (position `t`'s K/V at row `t`).
+pub(crate) const NO_INDEX: u32 = 0xFFFF_FFFF;
 
 /// Why an instruction stopped the run: `ERROR_CODE` and `ERROR_INFO`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +128,7 @@ pub(crate) struct Machine {
     pub r: [u32; NUM_REGS],
     pub p: [bool; NUM_PREDS],
     pub red: [WideAcc; NUM_RED],
-    pub csr: [u32; 12],
+    pub csr: [u32; Csr::ALL.len()],
 
     pub counters: Counters,
     pub regions: RegionTable,
@@ -155,7 +157,7 @@ impl Machine {
             r: [0; NUM_REGS],
             p: [false; NUM_PREDS],
             red: [WideAcc::ZERO; NUM_RED],
-            csr: [0; 12],
+            csr: [0; Csr::ALL.len()],
             counters: Counters::default(),
             regions: RegionTable::default(),
             work: Work::default(),
@@ -170,8 +172,9 @@ impl Machine {
         self.r[8..16].copy_from_slice(args);
         self.p = [false; NUM_PREDS];
         self.red = [WideAcc::ZERO; NUM_RED];
-        self.csr = [0; 12];
+        self.csr = [0; Csr::ALL.len()];
         self.csr[Csr::KvPresent as usize] = ALL_PRESENT;
+        self.csr[Csr::KvIndex as usize] = NO_INDEX;
         self.counters = Counters::default();
         self.regions.clear_counts();
     }

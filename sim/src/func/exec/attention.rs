@@ -11,11 +11,17 @@ use opu_hw::regs::ErrorCode;
 
 use opu_hw::numerics::dot::F16Split;
 use opu_hw::numerics::vector::attention_score_split;
-use crate::func::machine::{f16s, line, require, word, Machine, Span, Trap, ALL_PRESENT};
+use crate::func::machine::{f16s, line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
 
 /// Positions whose K and V are gathered (and scored in parallel) at a time: bounds the memory of an `attn`
 /// over any number of positions.
 const POSITIONS_PER_CHUNK: u64 = 4096;
+
+/// Distinct values of a nondecreasing sequence of line numbers.
+fn lines_of(lines: impl Iterator<Item = u64>) -> u64 {
+    let mut last = None;
+    lines.filter(|&l| last.replace(l) != Some(l)).count() as u64
+}
 
 impl Machine {
     /// The `head_dim` CSR, checked (a multiple of 16, at most 1023).
@@ -36,10 +42,31 @@ impl Machine {
         at..at + hd
     }
 
-    /// The K/V row of position `t` at line `base`: `32 (base + t kv_stride)`.
-    fn kv_row(&self, base: u32, t: u64, hd: usize) -> Span {
-        let lines = u128::from(base) + u128::from(t) * u128::from(self.csr(Csr::KvStride));
+    /// The K/V row `row` at line `base`: `32 (base + row kv_stride)`.
+    fn kv_row(&self, base: u32, row: u64, hd: usize) -> Span {
+        let lines = u128::from(base) + u128::from(row) * u128::from(self.csr(Csr::KvStride));
         Span::new(line(lines), 2 * hd as u128)
+    }
+
+    /// The device-memory span of the row index entries of `n` positions from position `first` (`kv_index`
+    /// set), checked; `None` without an index.
+    fn kv_index_span(&self, first: u64, n: u64) -> Result<Option<Range<usize>>, Trap> {
+        let kvi = self.csr(Csr::KvIndex);
+        if kvi == NO_INDEX {
+            return Ok(None);
+        }
+        Ok(Some(self.mem_range(Span::new(line(u128::from(kvi)) + 4 * u128::from(first), 4 * u128::from(n)))?))
+    }
+
+    /// The row of position `t`: its entry in the index span of positions from 0, or `t` without an index.
+    fn kv_row_of(&self, index: Option<&Range<usize>>, t: u64) -> u64 {
+        match index {
+            Some(r) => {
+                let at = r.start + 4 * t as usize;
+                u64::from(u32::from_le_bytes(self.mem[at..at + 4].try_into().expect("4 bytes")))
+            }
+            None => t,
+        }
     }
 
     pub(super) fn attn(
@@ -64,19 +91,21 @@ impl Machine {
         } else {
             None
         };
+        let index_r = self.kv_index_span(0, u64::from(positions))?;
 
         // Check every position before any effect, so that a trap leaves no trace.
         let kvh = kvh as usize;
         let present = |m: &Machine, t: u64| presence_r.as_ref().is_none_or(|r| m.mem[r.start + t as usize] != 0);
         for t in 0..u64::from(positions) {
             if present(self, t) {
-                self.mem_range(self.kv_row(k, t, hd))?;
-                self.mem_range(self.kv_row(v, t, hd))?;
+                let row = self.kv_row_of(index_r.as_ref(), t);
+                self.mem_range(self.kv_row(k, row, hd))?;
+                self.mem_range(self.kv_row(v, row, hd))?;
             } else if !self.history_slot(t, kvh, hd) {
                 return Err(Trap { code: ErrorCode::HistoryOverflow, info: t });
             }
         }
-        if let Some(r) = &presence_r {
+        for r in presence_r.iter().chain(&index_r) {
             self.note_read(r);
         }
 
@@ -96,8 +125,9 @@ impl Machine {
                 let slot = self.history_slot(t, kvh, hd);
                 let hist = self.history_elems(t as usize, kvh, hd);
                 if present(self, t) {
-                    let kr = self.mem_range(self.kv_row(k, t, hd))?;
-                    let vr = self.mem_range(self.kv_row(v, t, hd))?;
+                    let row = self.kv_row_of(index_r.as_ref(), t);
+                    let kr = self.mem_range(self.kv_row(k, row, hd))?;
+                    let vr = self.mem_range(self.kv_row(v, row, hd))?;
                     let (kt, vt) = (f16s(&self.mem[kr.clone()]), f16s(&self.mem[vr.clone()]));
                     self.note_read(&kr);
                     self.note_read(&vr);
@@ -140,6 +170,15 @@ impl Machine {
                 DType::F16.write(out, i, y);
             }
         }
+        if let Some(ir) = &index_r {
+            // what the RTL reads of the index and the presence bytes (the cycle model's scan)
+            let present: Vec<u64> = (0..u64::from(positions)).filter(|&t| present(self, t)).collect();
+            self.work.indexed_present += present.len() as u64;
+            self.work.index_lines += lines_of(present.iter().map(|&t| (ir.start as u64 + 4 * t) / 32));
+            if let Some(pr) = &presence_r {
+                self.work.presence_lines += lines_of((0..u64::from(positions)).map(|t| (pr.start as u64 + t) / 32));
+            }
+        }
         let n = positions as usize;
         let work = 2 * (group * n * hd) as u64;
         self.work.macs += work;
@@ -154,14 +193,21 @@ impl Machine {
         let p = u64::from(self.reg(pos));
         let ks = self.spm_range(Span::new(word(ksrc), 2 * hd as u128))?;
         let vs = self.spm_range(Span::new(word(vsrc), 2 * hd as u128))?;
-        let km = self.mem_range(self.kv_row(k, p, hd))?;
-        let vm = self.mem_range(self.kv_row(v, p, hd))?;
+        // the row: the index entry of `P`, or `P`
+        let index_r = self.kv_index_span(p, 1)?;
+        let row = index_r.as_ref().map_or(p, |r| u64::from(u32::from_le_bytes(self.mem[r.clone()].try_into().expect("4 bytes"))));
+        let km = self.mem_range(self.kv_row(k, row, hd))?;
+        let vm = self.mem_range(self.kv_row(v, row, hd))?;
         let kvp = self.csr(Csr::KvPresent);
         let mark = if kvp != ALL_PRESENT {
             Some(self.mem_range(Span::new(line(u128::from(kvp)) + u128::from(p), 1))?)
         } else {
             None
         };
+        if let Some(r) = &index_r {
+            self.note_read(r);
+            self.work.index_lines += 1;
+        }
         // K first, then V (if the rows overlap in memory, V wins).
         self.mem[km.clone()].copy_from_slice(&self.spm[ks]);
         self.mem[vm.clone()].copy_from_slice(&self.spm[vs]);
