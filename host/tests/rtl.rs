@@ -175,3 +175,34 @@ fn smollm2_decode_on_the_rtl_equals_the_functional_simulator() {
     // the functional simulator's cycle figure is a model of this RTL
     assert!((cs / cr - 1.0).abs() < 0.05, "functional model {cs} vs RTL {cr} cycles per token");
 }
+
+/// SmolLM2's first generated token with skipping on (random routers on both blocks of layers 1.., the
+/// indexed KV layout): at position 0 every skipped attention serves the token's K/V from the history. The
+/// logits bit for bit, all of device memory, the skip and history counters, on the RTL and on the functional
+/// simulator. About a minute and a half of Verilator.
+#[test]
+fn smollm2_first_token_with_skipping_on_the_rtl_equals_the_functional_simulator() {
+    if !models_or_skip("SmolLM2 with skipping on the RTL") {
+        return;
+    }
+    use opu_compiler::routers::Block;
+    std::env::set_var("RAYON_NUM_THREADS", "1");
+    let path = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache");
+    let g = opu_compiler::gguf::Gguf::open(&path).unwrap();
+    let routers = opu_compiler::testing::random_routers(30, 576, 11, &[Block::Attention, Block::Ffn]);
+    let opts = CompileOptions { max_context: Some(64), routers: Some(routers), kv_layout: KvLayout::Indexed { pool_rows: None }, ..Default::default() };
+    let config = OverlayConfig::sim();
+    let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
+    let mut sim = SimBackend::open(&g, &config, &opts, 1).unwrap();
+    let (rs, ss) = decode_equal(&mut rtl, &mut sim, &[26843]);
+    let (skipped, hits) = (rs["skipped_blocks"].as_u64().unwrap(), rs["kv_history_hits"].as_u64().unwrap());
+    eprintln!(
+        "SmolLM2 first token with random routers: {skipped} of 58 blocks skipped, {hits} history hits, {} RTL cycles (cycle model {}), KV saved {} bytes",
+        rs["cycles"], ss["cycles_estimate"], rs["kv"]["saved_bytes"]
+    );
+    // both decisions occur, and every skipped attention's position 0 came from the history (3 KV heads)
+    assert!((10..=48).contains(&skipped), "{skipped} of 58 skipped");
+    let skipped_attn = rs["skip"]["attention_skip_rate"].as_f64().unwrap() * 29.0;
+    assert_eq!(hits as f64, 3.0 * skipped_attn.round(), "history hits against skipped attention blocks");
+    assert_eq!(rs["kv"]["saved_bytes"].as_u64().unwrap(), skipped_attn.round() as u64 * 3 * 64 * 4);
+}
