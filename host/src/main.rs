@@ -166,6 +166,9 @@ enum Command {
         /// Calibration text (default: /usr/share/common-licenses/GPL-3).
         #[arg(long)]
         calibration_text: Option<PathBuf>,
+        /// Blocks that may skip: attn, ffn or attn,ffn.
+        #[arg(long, value_parser = opu_host::calibration::parse_blocks, default_value = "attn,ffn")]
+        blocks: [bool; 2],
         /// Held-out text (sequences of 64 tokens, the first 16 a prefill).
         #[arg(long, default_value = "/usr/share/common-licenses/Apache-2.0")]
         heldout: PathBuf,
@@ -838,12 +841,13 @@ fn run(cli: Cli) -> Result<()> {
             }
             eprintln!("  {} tensors mapped exactly; FP16 embedding table max relative rounding {:.2e}", m.tensors.len() - inexact.len(), m.embedding_f16_max_rel_error);
         }
-        Command::SweepSkip { model, rates, config, calibration_text, heldout, heldout_tokens, output, json } => {
+        Command::SweepSkip { model, rates, config, calibration_text, blocks, heldout, heldout_tokens, output, json } => {
             let opts = opu_host::sweep::SweepOptions {
                 model: cache::resolve_model(model.as_deref(), json)?,
                 config: OverlayConfig::from_name_or_path(&config)?,
                 rates,
                 calibration_text,
+                blocks,
                 heldout_text: heldout,
                 heldout_tokens,
             };

@@ -244,6 +244,9 @@ impl SimBackend {
         let passes = self.decode_passes as u64;
         let routed = |b: usize| s.routed.iter().filter(|r| r[b]).count() as u64;
         let (n_attn, n_ffn) = (routed(0), routed(1));
+        // the decisions of every block of layers 1.. (a block without a router always executes), as
+        // `--skip RATE` counts them
+        let blocks = s.routed.len().saturating_sub(1) as u64;
         let skipped = self.decode_counters.skipped_blocks;
         let attn_skipped: u64 = self.attention_skipped.iter().sum();
         let rate = |n: u64, d: u64| if d == 0 { serde_json::Value::Null } else { (n as f64 / d as f64).into() };
@@ -252,11 +255,11 @@ impl SimBackend {
         serde_json::json!({
             "routed_attention_blocks": n_attn,
             "routed_ffn_blocks": n_ffn,
-            "decisions": passes * (n_attn + n_ffn),
+            "decisions": passes * 2 * blocks,
             "skipped_blocks": skipped,
-            "realised_skip_rate": rate(skipped, passes * (n_attn + n_ffn)),
-            "attention_skip_rate": rate(attn_skipped, passes * n_attn),
-            "ffn_skip_rate": rate(skipped.saturating_sub(attn_skipped), passes * n_ffn),
+            "realised_skip_rate": rate(skipped, passes * 2 * blocks),
+            "attention_skip_rate": rate(attn_skipped, passes * blocks),
+            "ffn_skip_rate": rate(skipped.saturating_sub(attn_skipped), passes * blocks),
             "attention_skip_rate_per_layer": s.routed.iter().zip(&self.attention_skipped).map(|(r, &n)| if r[0] { rate(n, passes) } else { serde_json::Value::Null }).collect::<Vec<_>>(),
             "history_hit_rate": rate(c.kv_history_hits, c.kv_history_hits + c.kv_history_misses),
             "router_bytes": s.router_bytes,

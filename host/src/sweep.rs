@@ -23,6 +23,8 @@ pub struct SweepOptions {
     pub rates: Vec<f64>,
     /// Calibration text (None: the default of [`Spec`]).
     pub calibration_text: Option<PathBuf>,
+    /// Which blocks may skip, `[attention, ffn]` (`--blocks`).
+    pub blocks: [bool; 2],
     pub heldout_text: PathBuf,
     pub heldout_tokens: usize,
 }
@@ -79,9 +81,10 @@ impl Sums {
         self.misses += f(&st["kv_history_misses"]);
         let skip = &st["skip"];
         if skip.is_object() {
+            // decisions: both blocks of every layer 1.., half of them attention
             self.decisions += f(&skip["decisions"]);
             self.skipped += f(&skip["skipped_blocks"]);
-            let attn = f(&skip["routed_attention_blocks"]) * passes;
+            let attn = f(&skip["decisions"]) / 2.0;
             self.attn_decisions += attn;
             self.attn_skipped += f(&skip["attention_skip_rate"]) * attn;
         }
@@ -103,6 +106,7 @@ pub fn sweep(opts: &SweepOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<
     }
     let text = std::fs::read_to_string(&opts.heldout_text).with_context(|| format!("held-out text {}: cannot read", opts.heldout_text.display()))?;
     let mut spec = Spec::new(0.0);
+    spec.blocks = opts.blocks;
     if let Some(t) = &opts.calibration_text {
         spec.text = t.clone();
     }

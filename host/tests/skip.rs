@@ -138,12 +138,15 @@ fn follow_the_interpreter(attn_layers: &[usize]) {
     let skipped = skipped_attn_total + 24;
     assert_eq!(stats["skipped_blocks"].as_u64().unwrap(), skipped as u64);
     assert_eq!(stats["kv_history_hits"].as_u64().unwrap(), expected_hits);
-    // the backend's skip figures: 24 passes x (the routed attention blocks + 2 routed FFN blocks)
+    // the backend's skip figures: 24 passes x both blocks of layers 1..=3 (routed or not, as --skip counts)
     let f = &stats["skip"];
-    let decisions = 24 * (attn_layers.len() + 2);
+    let decisions = 24 * 2 * (m.n_layer - 1);
     assert_eq!((f["decisions"].as_u64(), f["skipped_blocks"].as_u64()), (Some(decisions as u64), Some(skipped as u64)));
     assert_eq!(f["realised_skip_rate"].as_f64().unwrap(), skipped as f64 / decisions as f64);
-    assert_eq!(f["ffn_skip_rate"].as_f64().unwrap(), 0.5);
+    assert_eq!(f["attention_skip_rate"].as_f64().unwrap(), skipped_attn_total as f64 / (24 * (m.n_layer - 1)) as f64);
+    // layer 2's FFN always skipped, layer 3's never, layer 1's has no router
+    assert_eq!(f["ffn_skip_rate"].as_f64().unwrap(), 1.0 / 3.0);
+    assert_eq!((f["routed_attention_blocks"].as_u64(), f["routed_ffn_blocks"].as_u64()), (Some(attn_layers.len() as u64), Some(2)));
     let per_layer: Vec<Option<f64>> = f["attention_skip_rate_per_layer"].as_array().unwrap().iter().map(|v| v.as_f64()).collect();
     let want: Vec<Option<f64>> = skipped_attn.iter().enumerate().map(|(l, &n)| attn_layers.contains(&l).then(|| n as f64 / 24.0)).collect();
     assert_eq!(per_layer, want);
