@@ -853,10 +853,13 @@ fn run(cli: Cli) -> Result<()> {
             };
             let rows = opu_host::sweep::sweep(&opts, &mut |line| eprintln!("{line}"))?;
             std::fs::create_dir_all(&output).with_context(|| format!("{}: cannot create", output.display()))?;
+            let blocks: Vec<&str> = ["attn", "ffn"].into_iter().zip(opts.blocks).filter(|&(_, on)| on).map(|(b, _)| b).collect();
             let report = serde_json::json!({
                 "model": opts.model.display().to_string(),
                 "config": opts.config.name,
                 "heldout": opts.heldout_text.display().to_string(),
+                "calibration_text": opts.calibration_text.clone().unwrap_or_else(|| opu_host::calibration::Spec::new(0.0).text).display().to_string(),
+                "blocks": blocks,
                 "rows": rows,
             });
             let (json_path, png_path) = (output.join("sweep.json"), output.join("sweep.png"));

@@ -379,6 +379,7 @@ fn calibrate_and_compile_with_skip() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!stderr.contains("calibrating"), "the routers come from the cache: {stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["blocks"], serde_json::json!(["attn", "ffn"]), "{v}");
     let rows = v["rows"].as_array().unwrap();
     let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
     let (dense, skip) = (&rows[0], &rows[1]);
