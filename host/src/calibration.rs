@@ -65,6 +65,15 @@ pub fn parse_blocks(s: &str) -> Result<[bool; 2], String> {
     Ok(b)
 }
 
+/// Refuses a held-out text (given as `flag`) that is the calibration text: evaluation text is always
+/// separate from calibration text.
+pub fn ensure_heldout(flag: &str, heldout: &Path, calibration_text: &Path) -> Result<()> {
+    if std::fs::canonicalize(heldout).ok() == std::fs::canonicalize(calibration_text).ok() {
+        anyhow::bail!("{flag} {}: the held-out text must not be the calibration text", heldout.display());
+    }
+    Ok(())
+}
+
 /// Calibrated routers and where they are cached.
 pub struct Calibrated {
     pub routers: Routers,

@@ -92,9 +92,9 @@ pub struct SkipTally {
 }
 
 impl SkipTally {
-    /// Adds the figures of the backend's last sequence (its stats since the reset); false without routers.
-    fn add(&mut self, backend: &Session) -> bool {
-        let Some(st) = backend.backend_stats() else { return false };
+    /// Adds the figures of a backend's last sequence (`st`: its stats since the reset); false without
+    /// routers.
+    pub(crate) fn add(&mut self, st: &serde_json::Value) -> bool {
         let Some(skip) = st.get("skip").filter(|v| v.is_object()) else { return false };
         let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
         self.decisions += u(&skip["decisions"]);
@@ -259,7 +259,7 @@ pub fn evaluate(backend: &mut Session, against: &mut Session, prompts: &[Prompt]
         seq.extend(&gen.generated_ids);
         let reference = against.teacher_force_decoding(&seq, prompt_ids.len())?;
         let logits = backend.teacher_force_decoding(&seq, prompt_ids.len()).with_context(|| format!("prompt `{}` on the backend", p.name))?;
-        routed |= skip.add(backend);
+        routed |= backend.backend_stats().is_some_and(|st| skip.add(&st));
         let mut tally = Tally::default();
         // Position i predicts token i + 1: compare the positions that predict the generated tokens.
         for i in prompt_ids.len() - 1..seq.len() - 1 {

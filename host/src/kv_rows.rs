@@ -21,14 +21,12 @@ pub struct KvRows {
     free: Vec<u32>,
     /// `[layer]`: the row given to the position of the last one-token pass.
     last: Vec<Option<u32>>,
-    /// Positions the rows cover.
-    positions: u64,
 }
 
 impl KvRows {
     pub fn new(meta: KvIndexMeta) -> Self {
         let n = meta.index_addr.len();
-        KvRows { meta, next: 0, free: Vec::new(), last: vec![None; n], positions: 0 }
+        KvRows { meta, next: 0, free: Vec::new(), last: vec![None; n] }
     }
 
     /// Every row free again (a new sequence from position 0).
@@ -36,7 +34,6 @@ impl KvRows {
         self.next = 0;
         self.free.clear();
         self.last.iter_mut().for_each(|r| *r = None);
-        self.positions = 0;
     }
 
     fn take(&mut self, layer: usize, pos: usize) -> Result<u32> {
@@ -61,7 +58,6 @@ impl KvRows {
             let bytes: Vec<u8> = rows.iter().flat_map(|r| r.to_le_bytes()).collect();
             dev.mem_write(self.meta.index_addr[l] + 4 * pos as u64, &bytes)?;
         }
-        self.positions = (pos + n) as u64;
         Ok(())
     }
 
@@ -80,11 +76,6 @@ impl KvRows {
     /// Rows that hold K/V now.
     pub fn rows_in_use(&self) -> u64 {
         self.next - self.free.len() as u64
-    }
-
-    /// Rows the dense layout would hold for the same positions (every layer, every position).
-    pub fn dense_rows(&self) -> u64 {
-        self.meta.index_addr.len() as u64 * self.positions
     }
 
     /// Bytes of one row (K and V of every KV head).
@@ -121,19 +112,20 @@ mod tests {
         rows.before_pass(&mut dev, 0, 3).unwrap();
         assert_eq!((0..3).map(|p| index(&mut dev, 0, p)).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!((0..3).map(|p| index(&mut dev, 1, p)).collect::<Vec<_>>(), [3, 4, 5]);
-        assert_eq!((rows.rows_in_use(), rows.dense_rows()), (6, 6));
-        // position 3: layer 1 skips, its row is reused at position 4
+        assert_eq!(rows.rows_in_use(), 6);
+        // position 3: layer 1 skips (7 rows in use where the dense layout holds 8), its row is reused at
+        // position 4
         rows.before_pass(&mut dev, 3, 1).unwrap();
         let (r0, r1) = (index(&mut dev, 0, 3), index(&mut dev, 1, 3));
         rows.after_single_pass(&[true, false]);
-        assert_eq!((rows.rows_in_use(), rows.dense_rows()), (7, 8));
+        assert_eq!(rows.rows_in_use(), 7);
         rows.before_pass(&mut dev, 4, 1).unwrap();
         assert_ne!(index(&mut dev, 0, 4), r0);
         assert!([index(&mut dev, 0, 4), index(&mut dev, 1, 4)].contains(&r1));
         rows.after_single_pass(&[true, true]);
-        assert_eq!((rows.rows_in_use(), rows.dense_rows(), rows.rows_allocated()), (9, 10, 9));
+        assert_eq!((rows.rows_in_use(), rows.rows_allocated()), (9, 9));
         rows.reset();
-        assert_eq!((rows.rows_in_use(), rows.dense_rows()), (0, 0));
+        assert_eq!((rows.rows_in_use(), rows.rows_allocated()), (0, 0));
     }
 
     #[test]

@@ -624,13 +624,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Eval { model, against, prompts, tokens, per_layer, heldout, heldout_tokens, json } => {
             let prompts = eval::read_prompts(&prompts)?;
-            if let Some(h) = &heldout {
+            if let (Some(h), Some(_)) = (&heldout, model.skip.skip) {
                 let calibration = model.skip.calibration_text.clone().unwrap_or_else(|| opu_host::calibration::Spec::new(0.0).text);
-                anyhow::ensure!(
-                    model.skip.skip.is_none() || std::fs::canonicalize(h).ok() != std::fs::canonicalize(&calibration).ok(),
-                    "--heldout {}: the held-out text must not be the calibration text",
-                    h.display()
-                );
+                opu_host::calibration::ensure_heldout("--heldout", h, &calibration)?;
             }
             anyhow::ensure!(!per_layer || model.backend == "sim", "--per-layer compares the sim backend: use --backend sim");
             let mut backend = model.open(json, None)?;
@@ -883,11 +879,7 @@ fn run(cli: Cli) -> Result<()> {
                 spec.text = t;
             }
             if let Some(c) = &check {
-                anyhow::ensure!(
-                    std::fs::canonicalize(c).ok() != std::fs::canonicalize(&spec.text).ok(),
-                    "--check {}: the held-out text must not be the calibration text",
-                    c.display()
-                );
+                opu_host::calibration::ensure_heldout("--check", c, &spec.text)?;
             }
             let mut cal = opu_host::calibration::routers_for(&g, &path, &spec, &mut |line| eprintln!("{line}"))?;
             std::fs::copy(&cal.file, &output).with_context(|| format!("writing {}", output.display()))?;

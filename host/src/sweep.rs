@@ -7,7 +7,7 @@
 //! and the K/V storage the indexed layout saved. [`plot`] draws the table (plotters, PNG).
 
 use crate::calibration::{routers_for, Spec};
-use crate::eval::{heldout, HeldOut};
+use crate::eval::{heldout, HeldOut, SkipTally};
 use crate::runtime::Session;
 use anyhow::{bail, Context, Result};
 use opu_compiler::gguf::Gguf;
@@ -54,15 +54,13 @@ pub struct SweepRow {
 /// Per-token figures summed over the sequences of one rate.
 #[derive(Default)]
 struct Sums {
+    /// Decisions, skipped blocks and K/V storage.
+    skip: SkipTally,
     passes: f64,
     bytes: f64,
     cycles: f64,
-    decisions: f64,
-    skipped: f64,
     attn_decisions: f64,
     attn_skipped: f64,
-    kv_saved: f64,
-    kv_dense: f64,
     hits: f64,
     misses: f64,
 }
@@ -75,18 +73,13 @@ impl Sums {
         self.passes += passes;
         self.bytes += f(&st["per_token"]["bytes_moved"]) * passes;
         self.cycles += f(&st["per_token"]["cycles_estimate"]) * passes;
-        self.kv_saved += f(&st["kv"]["saved_bytes"]);
-        self.kv_dense += f(&st["kv"]["bytes_dense"]);
         self.hits += f(&st["kv_history_hits"]);
         self.misses += f(&st["kv_history_misses"]);
-        let skip = &st["skip"];
-        if skip.is_object() {
+        if self.skip.add(&st) {
             // decisions: both blocks of every layer 1.., half of them attention
-            self.decisions += f(&skip["decisions"]);
-            self.skipped += f(&skip["skipped_blocks"]);
-            let attn = f(&skip["decisions"]) / 2.0;
+            let attn = f(&st["skip"]["decisions"]) / 2.0;
             self.attn_decisions += attn;
-            self.attn_skipped += f(&skip["attention_skip_rate"]) * attn;
+            self.attn_skipped += f(&st["skip"]["attention_skip_rate"]) * attn;
         }
     }
 }
@@ -110,9 +103,7 @@ pub fn sweep(opts: &SweepOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<
     if let Some(t) = &opts.calibration_text {
         spec.text = t.clone();
     }
-    if std::fs::canonicalize(&opts.heldout_text).ok() == std::fs::canonicalize(&spec.text).ok() {
-        bail!("held-out text {}: it must not be the calibration text", opts.heldout_text.display());
-    }
+    crate::calibration::ensure_heldout("--heldout", &opts.heldout_text, &spec.text)?;
     let g = Gguf::open(&opts.model)?;
     let mut dense = Session::open_with_routers(&opts.model, "sim", &opts.config, None, KvLayout::Dense)?;
     let ids = dense.tokenizer.encode(&text)?;
@@ -136,7 +127,7 @@ pub fn sweep(opts: &SweepOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<
         }
         rows.push(SweepRow {
             target_rate: rate,
-            realised_skip_rate: ratio(sums.skipped, sums.decisions),
+            realised_skip_rate: sums.skip.realised_skip_rate,
             attention_skip_rate: ratio(sums.attn_skipped, sums.attn_decisions),
             top1_agreement: h.top1_agreement,
             mean_kl: h.mean_kl,
@@ -144,7 +135,7 @@ pub fn sweep(opts: &SweepOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<
             perplexity_ratio: h.perplexity_ratio,
             bytes_per_token: ratio(sums.bytes, sums.passes),
             cycles_per_token: ratio(sums.cycles, sums.passes),
-            kv_saved_fraction: ratio(sums.kv_saved, sums.kv_dense),
+            kv_saved_fraction: sums.skip.kv_saved_fraction,
             history_hit_rate: ratio(sums.hits, sums.hits + sums.misses),
             routed_blocks,
             positions: h.positions,

@@ -52,6 +52,13 @@ fn decode_equal(rtl: &mut SimBackend, sim: &mut SimBackend, tokens: &[u32]) -> (
     (rs, ss)
 }
 
+/// SmolLM2-135M from the model cache (CI fetches it first), with one compute thread.
+fn smollm2() -> opu_compiler::gguf::Gguf {
+    std::env::set_var("RAYON_NUM_THREADS", "1");
+    let path = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache");
+    opu_compiler::gguf::Gguf::open(&path).unwrap()
+}
+
 #[test]
 fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
     if !models_or_skip("tiny transformer on the RTL") {
@@ -139,9 +146,7 @@ fn smollm2_decode_on_the_rtl_equals_the_functional_simulator() {
     if !models_or_skip("SmolLM2 on the RTL") {
         return;
     }
-    std::env::set_var("RAYON_NUM_THREADS", "1");
-    let path = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache");
-    let g = opu_compiler::gguf::Gguf::open(&path).unwrap();
+    let g = smollm2();
     let config = OverlayConfig::sim();
     let opts = CompileOptions { max_context: Some(64), ..Default::default() };
     let mut rtl = SimBackend::open_rtl(&g, &config, &opts).unwrap();
@@ -186,9 +191,7 @@ fn smollm2_first_token_with_skipping_on_the_rtl_equals_the_functional_simulator(
         return;
     }
     use opu_compiler::routers::Block;
-    std::env::set_var("RAYON_NUM_THREADS", "1");
-    let path = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache");
-    let g = opu_compiler::gguf::Gguf::open(&path).unwrap();
+    let g = smollm2();
     let routers = opu_compiler::testing::random_routers(30, 576, 11, &[Block::Attention, Block::Ffn]);
     let opts = CompileOptions { max_context: Some(64), routers: Some(routers), kv_layout: KvLayout::Indexed { pool_rows: None }, ..Default::default() };
     let config = OverlayConfig::sim();

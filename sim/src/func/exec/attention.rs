@@ -58,15 +58,15 @@ impl Machine {
         Ok(Some(self.mem_range(Span::new(line(u128::from(kvi)) + 4 * u128::from(first), 4 * u128::from(n)))?))
     }
 
+    /// Entry `i` (a row) of the index span `r`.
+    fn index_entry(&self, r: &Range<usize>, i: u64) -> u64 {
+        let at = r.start + 4 * i as usize;
+        u64::from(u32::from_le_bytes(self.mem[at..at + 4].try_into().expect("4 bytes")))
+    }
+
     /// The row of position `t`: its entry in the index span of positions from 0, or `t` without an index.
     fn kv_row_of(&self, index: Option<&Range<usize>>, t: u64) -> u64 {
-        match index {
-            Some(r) => {
-                let at = r.start + 4 * t as usize;
-                u64::from(u32::from_le_bytes(self.mem[at..at + 4].try_into().expect("4 bytes")))
-            }
-            None => t,
-        }
+        index.map_or(t, |r| self.index_entry(r, t))
     }
 
     pub(super) fn attn(
@@ -195,7 +195,7 @@ impl Machine {
         let vs = self.spm_range(Span::new(word(vsrc), 2 * hd as u128))?;
         // the row: the index entry of `P`, or `P`
         let index_r = self.kv_index_span(p, 1)?;
-        let row = index_r.as_ref().map_or(p, |r| u64::from(u32::from_le_bytes(self.mem[r.clone()].try_into().expect("4 bytes"))));
+        let row = index_r.as_ref().map_or(p, |r| self.index_entry(r, 0));
         let km = self.mem_range(self.kv_row(k, row, hd))?;
         let vm = self.mem_range(self.kv_row(v, row, hd))?;
         let kvp = self.csr(Csr::KvPresent);
