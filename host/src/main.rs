@@ -1042,8 +1042,8 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
         RtlCommand::Synth { config, unit, json } => {
             let cfg = OverlayConfig::from_name_or_path(&config)?;
             let dir = std::env::temp_dir().join(format!("opu-synth-{}-{unit}", std::process::id()));
-            // yosys prints nothing while it works (the whole top at u280: well over an hour): a spinner with
-            // the time so far, on stderr, hidden with --json
+            // yosys prints nothing while it works (a big unit: minutes): a spinner with the time so far and,
+            // for the top, the modules mapped, on stderr, hidden with --json
             let spinner = if json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
             if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
                 spinner.set_style(style);
@@ -1057,7 +1057,11 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
             }
             // the whole overlay module by module, a unit flattened
             let report = if unit == "top" {
-                opu_rtl::synth::synthesize_design(&unit, &cfg, &dir).map(Report::Design)
+                let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let progress = |m: &str, done: usize, total: usize| {
+                    spinner.set_message(format!("yosys synth_xilinx -family xcup on `top` for `{}`, module by module, {jobs} at once: {done}/{total} mapped (last: {m})", cfg.name));
+                };
+                opu_rtl::synth::synthesize_design_with(&unit, &cfg, &dir, jobs, &progress).map(Report::Design)
             } else {
                 opu_rtl::synth::synthesize_for(&unit, &cfg, &dir).map(Report::Unit)
             };

@@ -99,6 +99,87 @@ impl WideAcc {
     }
 }
 
+/// Where datapath terms go ([`WideAcc::add_term`]'s contract): the accumulator itself, or a [`TermSum`] in
+/// front of it. `dot::accumulate_block_sums` adds to either.
+pub trait TermAcc {
+    fn add_term(&mut self, int: i64, exp: i32);
+    /// Makes the sum non-finite if `nonfinite`.
+    fn or_nonfinite(&mut self, nonfinite: bool);
+}
+
+impl TermAcc for WideAcc {
+    #[inline(always)]
+    fn add_term(&mut self, int: i64, exp: i32) {
+        WideAcc::add_term(self, int, exp)
+    }
+    #[inline(always)]
+    fn or_nonfinite(&mut self, nonfinite: bool) {
+        self.nonfinite |= nonfinite;
+    }
+}
+
+/// The same sum as [`WideAcc::add_term`] term by term, cheaper: the simulator's matmul kernel adds two
+/// terms per weight block, and 128-bit shifts and adds were most of its time.
+///
+/// Every term is still floored onto the grid on its own; only the additions are regrouped, and integer
+/// addition is associative, so the result is the same bits. A term with `|int| < 2^40` (every hybrid block
+/// term: `|d S_q| < 2^39`, `|m S_a| < 2^32`; every FP16 product: `< 2^22`) and a grid shift `exp + 32 < 16`
+/// is `< 2^56` on the grid and goes into an `i64` partial sum; the partial takes at most 64 such terms
+/// before it is folded into the wide accumulator (`|partial| < 64 * 2^56 = 2^62`: it never overflows). Any
+/// other term (large values only) goes to the wide accumulator directly.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TermSum {
+    acc: WideAcc,
+    partial: i64,
+    terms: u32,
+}
+
+impl TermSum {
+    /// Terms of `|int|` below `2^SMALL_INT_BITS` ...
+    const SMALL_INT_BITS: u32 = 40;
+    /// ... and grid shifts below this are `< 2^56` on the grid.
+    const SMALL_SHIFT: i32 = 16;
+    /// Small terms per fold: `64 * 2^56 = 2^62`.
+    const TERMS_PER_FOLD: u32 = 64;
+
+    pub fn new(acc: WideAcc) -> Self {
+        TermSum { acc, partial: 0, terms: 0 }
+    }
+
+    /// The sum: the accumulator with every term added.
+    #[inline]
+    pub fn finish(self) -> WideAcc {
+        let mut acc = self.acc;
+        acc.fixed += i128::from(self.partial);
+        acc
+    }
+}
+
+impl TermAcc for TermSum {
+    #[inline(always)]
+    fn add_term(&mut self, int: i64, exp: i32) {
+        let sh = exp + FRAC_BITS;
+        if int.unsigned_abs() >> Self::SMALL_INT_BITS != 0 || sh >= Self::SMALL_SHIFT {
+            self.acc.add_term(int, exp);
+            return;
+        }
+        // |int << sh| < 2^(40 + 15); a right shift by 63 or more leaves 0 or -1 (the floor)
+        let left = int << sh.max(0);
+        let right = int >> (-sh).clamp(0, 63);
+        self.partial += if sh >= 0 { left } else { right };
+        self.terms += 1;
+        if self.terms == Self::TERMS_PER_FOLD {
+            self.acc.fixed += i128::from(self.partial);
+            self.partial = 0;
+            self.terms = 0;
+        }
+    }
+    #[inline(always)]
+    fn or_nonfinite(&mut self, nonfinite: bool) {
+        self.acc.nonfinite |= nonfinite;
+    }
+}
+
 /// `floor(v * 2^sh)`; the caller keeps `v * 2^sh` within `i128`.
 #[inline]
 pub fn shift_floor(v: i128, sh: i32) -> i128 {
@@ -233,6 +314,41 @@ mod tests {
             want.add_scaled(i128::from(int), exp);
             got.add_term(int, exp);
             assert_eq!(got, want, "int {int} exp {exp}");
+        }
+    }
+
+    /// `TermSum` against `add_term` one by one: long runs of terms at the edges of its fast path (the largest
+    /// small term, `|int| = 2^40 - 1` shifted by 15, many in a row of one sign, so that a wrong fold bound
+    /// would overflow the partial), terms just outside it, and far below the grid.
+    #[test]
+    fn term_sum_equals_add_term_one_by_one() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x7E5);
+        for run in 0..4000u32 {
+            let start = WideAcc { fixed: rng.gen::<i128>() >> rng.gen_range(30..100), nonfinite: false };
+            let (mut want, mut got) = (start, TermSum::new(start));
+            let n = rng.gen_range(0..400);
+            let sign = if run % 2 == 0 { 1 } else { -1 };
+            for _ in 0..n {
+                let (int, exp) = match run % 4 {
+                    // the largest small terms, one sign
+                    0 | 1 => (sign * ((1i64 << 40) - 1 - rng.gen_range(0..3)), 15 - FRAC_BITS - rng.gen_range(0..2)),
+                    // just outside the fast path, both sides of each bound
+                    2 => {
+                        let int = sign * ((1i64 << 40) - 1 + rng.gen_range(0..3)) * if rng.gen() { 1 } else { -1 };
+                        (int, rng.gen_range(14..=17) - FRAC_BITS)
+                    }
+                    // any datapath term
+                    _ => {
+                        let bits = rng.gen_range(0..=44u32);
+                        let int = if bits == 0 { 0 } else { rng.gen::<i64>() >> (64 - bits) };
+                        let used = 64 - int.unsigned_abs().leading_zeros() as i32;
+                        (int, rng.gen_range(-200..=MAX_TERM_BITS - FRAC_BITS - used))
+                    }
+                };
+                want.add_term(int, exp);
+                TermAcc::add_term(&mut got, int, exp);
+            }
+            assert_eq!(got.finish(), want, "run {run}");
         }
     }
 

@@ -11,7 +11,7 @@
 //! FP16 x FP16 (attention, router, F16 weights): each product of FP16 significands is exact and enters the
 //! accumulator the same way. A non-finite activation, weight, `d` or `m` makes the result NaN.
 
-use super::acc::WideAcc;
+use super::acc::{TermAcc, WideAcc};
 use super::align::{align_vector, AlignedBlock};
 use super::fp16::parts;
 use super::weights::{decode_block, WeightBlock, WeightFormat};
@@ -39,17 +39,17 @@ pub fn accumulate_block(acc: &mut WideAcc, x: &AlignedBlock, w: &WeightBlock) {
 /// multipliers and adder tree, or a simulator's SIMD kernel), the activation block's exponent `X` and
 /// non-finite flag, and the weight block's `d` and `m`.
 #[inline(always)]
-pub fn accumulate_block_sums(acc: &mut WideAcc, x_scale_exp: i32, x_nonfinite: bool, sq: i64, sa: i64, d: u16, m: Option<u16>) {
-    acc.nonfinite |= x_nonfinite;
+pub fn accumulate_block_sums<A: TermAcc>(acc: &mut A, x_scale_exp: i32, x_nonfinite: bool, sq: i64, sa: i64, d: u16, m: Option<u16>) {
+    acc.or_nonfinite(x_nonfinite);
     // |significand| < 2^11, |S_q| < 2^28, |S_a| < 2^21: the products fit i64 and are datapath terms.
     match parts(d) {
         Some(d) => acc.add_term(d.signed() * sq, d.exponent - 25 + x_scale_exp),
-        None => acc.nonfinite = true,
+        None => acc.or_nonfinite(true),
     }
     if let Some(m) = m {
         match parts(m) {
             Some(m) => acc.add_term(m.signed() * sa, m.exponent - 25 + x_scale_exp),
-            None => acc.nonfinite = true,
+            None => acc.or_nonfinite(true),
         }
     }
 }

@@ -92,34 +92,21 @@ struct Yosys {
     netlist: serde_json::Value,
 }
 
-/// Emits `unit` for `cfg` into `workdir` and runs `synth_xilinx -family xcup` on it (`-flatten` or module by
-/// module), leaving the Verilog, the statistics (`<top>.stat.json`) and the netlist (`<top>.net.json`) there.
-fn run_yosys(unit: &str, cfg: &OverlayConfig, workdir: &Path, flatten: bool) -> Result<Yosys, SynthError> {
+/// Emits `unit` for `cfg` into `workdir` and runs `synth_xilinx -family xcup -flatten` on it, leaving the
+/// Verilog, the statistics (`<top>.stat.json`) and the netlist (`<top>.net.json`) there.
+fn run_yosys(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<Yosys, SynthError> {
     let verilog = emit_verilog_for(unit, cfg)?;
     let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
     std::fs::create_dir_all(workdir)?;
     let (v, j, n) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.stat.json")), workdir.join(format!("{top}.net.json")));
     std::fs::write(&v, verilog)?;
-    let script = format!(
-        "read_verilog {}; synth_xilinx -family xcup -top {top}{}; tee -q -o {} stat -json; write_json {}",
-        v.display(),
-        if flatten { " -flatten" } else { "" },
-        j.display(),
-        n.display()
-    );
-    let out = Command::new("yosys").args(["-q", "-p", &script]).output().map_err(SynthError::NoYosys)?;
-    if !out.status.success() {
-        return Err(SynthError::Yosys { unit: unit.into(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
-    }
-    let read = |path: &Path| -> Result<serde_json::Value, SynthError> {
-        serde_json::from_str(&std::fs::read_to_string(path)?).map_err(|e| SynthError::Stat { unit: unit.into(), what: e.to_string() })
-    };
-    Ok(Yosys { top, stat: read(&j)?, netlist: read(&n)? })
+    yosys(unit, &format!("read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json; write_json {}", v.display(), j.display(), n.display()))?;
+    Ok(Yosys { top, stat: read_json(unit, &j)?, netlist: read_json(unit, &n)? })
 }
 
 /// Synthesizes `unit` as built for overlay `cfg` in `workdir`.
 pub fn synthesize_for(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<SynthReport, SynthError> {
-    let Yosys { top, stat, netlist } = run_yosys(unit, cfg, workdir, true)?;
+    let Yosys { top, stat, netlist } = run_yosys(unit, cfg, workdir)?;
     let by_type = stat["design"]["num_cells_by_type"]
         .as_object()
         .ok_or_else(|| SynthError::Stat { unit: unit.into(), what: "no design.num_cells_by_type".into() })?;
@@ -259,24 +246,221 @@ pub struct DesignReport {
 }
 
 /// Synthesizes `unit` as built for `cfg` module by module in `workdir` and sums its resources by instance,
-/// against the xcu280, with a timing estimate per module.
+/// against the xcu280, with a timing estimate per module. Runs as many yosys at once as the machine has cores.
 pub fn synthesize_design(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<DesignReport, SynthError> {
-    let Yosys { top, stat, netlist } = run_yosys(unit, cfg, workdir, false)?;
-    let stat_err = |what: String| SynthError::Stat { unit: unit.into(), what };
-    let paths = timing::worst_paths(&netlist).map_err(stat_err)?;
-    design_report(unit, top, cfg, &stat, paths).map_err(stat_err)
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    synthesize_design_with(unit, cfg, workdir, jobs, &|_, _, _| {})
 }
 
-/// The report of a design from yosys' per-module statistics and the modules' worst paths.
-fn design_report(unit: &str, top: &str, cfg: &OverlayConfig, stat: &serde_json::Value, paths: Vec<timing::PathReport>) -> Result<DesignReport, String> {
-    let strip = |s: &str| s.trim_start_matches('\\').to_string();
-    let mut modules: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
-    for (name, m) in stat["modules"].as_object().ok_or("no `modules` in yosys' statistics")? {
-        let cells = m["num_cells_by_type"].as_object().ok_or_else(|| format!("module {name} has no num_cells_by_type"))?;
-        modules.insert(strip(name), cells.iter().map(|(k, v)| (strip(k), v.as_u64().unwrap_or(0))).collect());
+/// [`synthesize_design`] with `jobs` yosys processes at once, calling `progress(module, done, total)` as each
+/// mapped module is done.
+///
+/// The design is not mapped in one `synth_xilinx` run over its hierarchy: yosys' `opt` loops repeat over the
+/// whole design until nothing changes, and the vector lane's 180 pipeline stages take that many rounds of
+/// constant propagation, so that over the u280's top such a run took well over 90 minutes of one core. Each
+/// unit, each module instantiated more than once and each large module ([`Partition`]) gets a yosys of its
+/// own instead, the mapped modules below it black boxes (`blackbox`) and the rest flattened into it; the
+/// runs share the cores.
+pub fn synthesize_design_with(
+    unit: &str,
+    cfg: &OverlayConfig,
+    workdir: &Path,
+    jobs: usize,
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
+) -> Result<DesignReport, SynthError> {
+    let verilog = emit_verilog_for(unit, cfg)?;
+    let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
+    std::fs::create_dir_all(workdir)?;
+    let v = workdir.join(format!("{top}.v"));
+    std::fs::write(&v, verilog)?;
+    let stat_err = |what: String| SynthError::Stat { unit: unit.into(), what };
+    // the hierarchy, elaborated but not synthesized (`proc`: the JSON backend takes no processes): which
+    // module instantiates which. (The netlists, not `stat -json`: yosys 0.23 writes invalid JSON for a design
+    // with a hierarchy, the hierarchy's text in the middle of it.)
+    let hier_json = workdir.join("hierarchy.net.json");
+    yosys(unit, &format!("read_verilog {}; hierarchy -top {top}; proc; write_json {}", v.display(), hier_json.display()))?;
+    let hierarchy = module_cells(&read_json(unit, &hier_json)?).map_err(stat_err)?;
+    if !hierarchy.contains_key(top) {
+        return Err(stat_err(format!("no module {top} in yosys' hierarchy")));
     }
+    let part = Partition::of(&hierarchy, top);
+    // the biggest first, so that the long runs start early and the cores stay busy
+    let mut order: Vec<&String> = part.mapped.iter().collect();
+    order.sort_by(|a, b| part.run_weight[*b].cmp(&part.run_weight[*a]).then_with(|| a.cmp(b)));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    type Mapped = (String, Vec<(String, u64)>, Vec<timing::PathReport>);
+    let results: std::sync::Mutex<Vec<Result<Mapped, SynthError>>> = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, order.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&m) = order.get(i) else { break };
+                let r = map_module(unit, &v, m, &part.boxes(m, &hierarchy), workdir);
+                let failed = r.is_err();
+                results.lock().expect("no thread panics holding it").push(r.map(|(cells, paths)| (m.clone(), cells, paths)));
+                if failed {
+                    // the others finish the module they are on; nothing new starts
+                    next.store(order.len(), std::sync::atomic::Ordering::Relaxed);
+                    break;
+                }
+                progress(m, done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, order.len());
+            });
+        }
+    });
+    let mut modules = BTreeMap::new();
+    let mut paths = Vec::new();
+    for r in results.into_inner().expect("no thread panics holding it") {
+        let (m, cells, p) = r?;
+        modules.insert(m, cells);
+        paths.extend(p);
+    }
+    paths.sort_by(|a, b| b.delay_ns.total_cmp(&a.delay_ns).then_with(|| a.module.cmp(&b.module)));
+    design_report(unit, top, cfg, &modules, paths).map_err(stat_err)
+}
+
+/// Runs one yosys script (quiet), its stderr in the error.
+fn yosys(unit: &str, script: &str) -> Result<(), SynthError> {
+    let out = Command::new("yosys").args(["-q", "-p", script]).output().map_err(SynthError::NoYosys)?;
+    if !out.status.success() {
+        return Err(SynthError::Yosys { unit: unit.into(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
+    }
+    Ok(())
+}
+
+fn read_json(unit: &str, path: &Path) -> Result<serde_json::Value, SynthError> {
+    serde_json::from_str(&std::fs::read_to_string(path)?).map_err(|e| SynthError::Stat { unit: unit.into(), what: format!("{}: {e}", path.display()) })
+}
+
+/// Each module of a yosys JSON netlist (`write_json`) with its cells counted by type (submodules among them),
+/// names without yosys' leading backslash; the cell library's black boxes left out.
+fn module_cells(netlist: &serde_json::Value) -> Result<BTreeMap<String, Vec<(String, u64)>>, String> {
+    let strip = |s: &str| s.trim_start_matches('\\').to_string();
+    let mut modules = BTreeMap::new();
+    for (name, m) in netlist["modules"].as_object().ok_or("the netlist has no `modules`")? {
+        if m["attributes"]["blackbox"].is_string() {
+            continue;
+        }
+        let mut by_type: BTreeMap<String, u64> = BTreeMap::new();
+        for (cname, c) in m["cells"].as_object().into_iter().flatten() {
+            let ty = c["type"].as_str().ok_or_else(|| format!("module {name}: cell {cname} has no type"))?;
+            *by_type.entry(strip(ty)).or_default() += 1;
+        }
+        modules.insert(strip(name), by_type.into_iter().collect());
+    }
+    Ok(modules)
+}
+
+/// Which modules of a design yosys maps on its own ([`synthesize_design_with`]); every other module is
+/// flattened into the nearest of them above it.
+struct Partition {
+    /// The top, its children (the units, one row each in the report), every module instantiated more than
+    /// once in the whole design (mapped once, counted per instance) and every module whose subtree has at
+    /// least [`Partition::OWN_RUN_CELLS`] elaborated cells (a long run of its own, beside the others).
+    /// rust-hdl makes a module of every register and memory: a yosys each would be hundreds of runs.
+    mapped: std::collections::BTreeSet<String>,
+    /// Elaborated cells of each module with those of the modules flattened into its run.
+    run_weight: BTreeMap<String, u64>,
+}
+
+impl Partition {
+    const OWN_RUN_CELLS: u64 = 1000;
+
+    fn of(hierarchy: &BTreeMap<String, Vec<(String, u64)>>, top: &str) -> Self {
+        type Hierarchy = BTreeMap<String, Vec<(String, u64)>>;
+        // a post-order of the hierarchy (children first; it has no cycles)
+        fn post(m: &str, h: &Hierarchy, seen: &mut std::collections::BTreeSet<String>, out: &mut Vec<String>) {
+            if seen.insert(m.to_string()) {
+                for (k, _) in h[m].iter().filter(|(k, _)| h.contains_key(k)) {
+                    post(k, h, seen, out);
+                }
+                out.push(m.to_string());
+            }
+        }
+        let mut order = Vec::new();
+        post(top, hierarchy, &mut Default::default(), &mut order);
+        let children = |m: &str| hierarchy[m].iter().filter(|(k, _)| hierarchy.contains_key(k));
+        // elaborated cells of each subtree (children first) and instances in the whole design (parents first)
+        let mut weight: BTreeMap<String, u64> = BTreeMap::new();
+        for m in &order {
+            let w = hierarchy[m].iter().map(|(k, n)| n * weight.get(k).copied().unwrap_or(1)).sum();
+            weight.insert(m.clone(), w);
+        }
+        let mut instances: BTreeMap<String, u64> = BTreeMap::from([(top.to_string(), 1)]);
+        for m in order.iter().rev() {
+            let n = instances.get(m).copied().unwrap_or(0);
+            for (k, c) in children(m) {
+                *instances.entry(k.clone()).or_default() += n * c;
+            }
+        }
+        let units: std::collections::BTreeSet<&str> = children(top).map(|(k, _)| k.as_str()).collect();
+        let mapped: std::collections::BTreeSet<String> = order
+            .iter()
+            .filter(|m| m.as_str() == top || units.contains(m.as_str()) || instances[*m] > 1 || weight[*m] >= Self::OWN_RUN_CELLS)
+            .cloned()
+            .collect();
+        // what each run maps: its own cells and those of the modules flattened into it (children first)
+        let mut run_weight: BTreeMap<String, u64> = BTreeMap::new();
+        for m in &order {
+            let w = hierarchy[m]
+                .iter()
+                .map(|(k, n)| if mapped.contains(k) { 0 } else { n * run_weight.get(k).copied().unwrap_or(1) })
+                .sum();
+            run_weight.insert(m.clone(), w);
+        }
+        Partition { mapped, run_weight }
+    }
+
+    /// The mapped modules that `m`'s own run keeps as black boxes: the first below it on every path down.
+    fn boxes(&self, m: &str, hierarchy: &BTreeMap<String, Vec<(String, u64)>>) -> Vec<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut stack = vec![m.to_string()];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(x) = stack.pop() {
+            for (k, _) in hierarchy[&x].iter().filter(|(k, _)| hierarchy.contains_key(k)) {
+                if self.mapped.contains(k) {
+                    out.insert(k.clone());
+                } else if seen.insert(k.clone()) {
+                    stack.push(k.clone());
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+}
+
+/// Maps module `m` of the Verilog `v` on its own, the mapped modules `boxes` below it black boxes and the
+/// rest flattened into it: its cells by type and its worst path (its netlist `<m>.net.json` left in
+/// `workdir`).
+fn map_module(unit: &str, v: &Path, m: &str, boxes: &[String], workdir: &Path) -> Result<(Vec<(String, u64)>, Vec<timing::PathReport>), SynthError> {
+    let boxes = if boxes.is_empty() { String::new() } else { format!("blackbox {}; ", boxes.join(" ")) };
+    let n = workdir.join(format!("{m}.net.json"));
+    // no I/O or clock buffers: the module's ports are not the chip's pins
+    yosys(
+        unit,
+        &format!(
+            "read_verilog {}; hierarchy -top {m}; {boxes}synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top {m}; write_json {}",
+            v.display(),
+            n.display()
+        ),
+    )?;
+    let netlist = read_json(unit, &n)?;
+    let stat_err = |what: String| SynthError::Stat { unit: unit.into(), what };
+    let entry = module_cells(&netlist).map_err(stat_err)?.remove(m).ok_or_else(|| stat_err(format!("{}: no module {m}", n.display())))?;
+    let paths = timing::worst_paths(&netlist).map_err(stat_err)?;
+    Ok((entry, paths.into_iter().filter(|p| p.module == m).collect()))
+}
+
+/// The report of a design from its modules' mapped cells by type and their worst paths.
+fn design_report(
+    unit: &str,
+    top: &str,
+    cfg: &OverlayConfig,
+    modules: &BTreeMap<String, Vec<(String, u64)>>,
+    paths: Vec<timing::PathReport>,
+) -> Result<DesignReport, String> {
     if !modules.contains_key(top) {
-        return Err(format!("no module {top} in yosys' statistics"));
+        return Err(format!("no module {top} among the mapped modules"));
     }
     // each module's total, with everything below it (the hierarchy has no cycles: yosys refuses them)
     fn total(m: &str, modules: &BTreeMap<String, Vec<(String, u64)>>, memo: &mut BTreeMap<String, Resources>) -> Resources {
@@ -331,7 +515,7 @@ fn design_report(unit: &str, top: &str, cfg: &OverlayConfig, stat: &serde_json::
         config: cfg.name.clone(),
         unit: unit.into(),
         top: top.into(),
-        method: "yosys 'synth_xilinx -family xcup' module by module (no -flatten); totals = each module's cells x its instances",
+        method: "yosys 'synth_xilinx -family xcup' per unit, repeated module and large module (each flattened with the others below it as black boxes); totals = each mapped module's cells x its instances",
         utilization: total_r.utilization(&XCU280),
         total: total_r,
         device: XCU280,
@@ -345,19 +529,47 @@ fn design_report(unit: &str, top: &str, cfg: &OverlayConfig, stat: &serde_json::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    /// Which modules get a yosys of their own: the top, its units, repeated and large modules; a small
+    /// module used once is flattened into its parent, and a run boxes the first mapped modules below it.
+    #[test]
+    fn the_partition_maps_units_repeated_and_large_modules_on_their_own() {
+        let cells = |c: &[(&str, u64)]| c.iter().map(|(k, n)| (k.to_string(), *n)).collect::<Vec<_>>();
+        // top: units `u` and `w`; u: a register module `r` once and `lane` twice; lane: `reg` once and 600
+        // cells; w: `big` (a leaf of 1,500 cells) through `wrap`
+        let h = BTreeMap::from([
+            ("top".to_string(), cells(&[("u", 1), ("w", 1)])),
+            ("u".to_string(), cells(&[("r", 1), ("lane", 2), ("$add", 3)])),
+            ("r".to_string(), cells(&[("$dff", 1)])),
+            ("lane".to_string(), cells(&[("reg", 1), ("$mul", 600)])),
+            ("reg".to_string(), cells(&[("$dff", 1)])),
+            ("w".to_string(), cells(&[("wrap", 1)])),
+            ("wrap".to_string(), cells(&[("big", 1), ("$and", 2)])),
+            ("big".to_string(), cells(&[("$xor", 1500)])),
+        ]);
+        let p = Partition::of(&h, "top");
+        let mapped: Vec<&str> = p.mapped.iter().map(String::as_str).collect();
+        // `reg` is below `lane`, so it is instantiated twice; `wrap`'s subtree is large (`big` below it);
+        // `r` (used once, small) is flattened into `u`
+        assert_eq!(mapped, ["big", "lane", "reg", "top", "u", "w", "wrap"]);
+        assert_eq!(p.boxes("u", &h), ["lane"]);
+        assert_eq!(p.boxes("top", &h), ["u", "w"]);
+        assert_eq!(p.boxes("w", &h), ["wrap"]);
+        assert_eq!((p.run_weight["u"], p.run_weight["lane"], p.run_weight["big"]), (4, 600, 1500));
+    }
 
     #[test]
     fn a_design_counts_each_module_once_per_instance() {
         // top: 10 LUT6 of its own, 2 x `mid`; mid: 3 x `leaf` + a DSP; leaf: 5 LUT4, 7 FDRE, a RAMB36E2
-        let stat = json!({"modules": {
-            "\\top": {"num_cells_by_type": {"LUT6": 10, "mid": 2}},
-            "\\mid": {"num_cells_by_type": {"leaf": 3, "DSP48E2": 1, "CARRY4": 2}},
-            "\\leaf": {"num_cells_by_type": {"LUT4": 5, "FDRE": 7, "RAMB36E2": 1, "SRL16E": 1}},
-        }});
+        let cells = |c: &[(&str, u64)]| c.iter().map(|(k, n)| (k.to_string(), *n)).collect::<Vec<_>>();
+        let modules = BTreeMap::from([
+            ("top".to_string(), cells(&[("LUT6", 10), ("mid", 2)])),
+            ("mid".to_string(), cells(&[("leaf", 3), ("DSP48E2", 1), ("CARRY4", 2)])),
+            ("leaf".to_string(), cells(&[("LUT4", 5), ("FDRE", 7), ("RAMB36E2", 1), ("SRL16E", 1)])),
+        ]);
         let slow = |m: &str, ns: f64| timing::PathReport { module: m.into(), delay_ns: ns, luts: 1, carries: 0, muxes: 0, from: "a".into(), to: "b".into() };
         let paths = vec![slow("leaf", 3.0), slow("top", 1.0), slow("elsewhere", 9.0)];
-        let r = design_report("top", "top", &OverlayConfig::u280(), &stat, paths).unwrap();
+        let r = design_report("top", "top", &OverlayConfig::u280(), &modules, paths).unwrap();
         let leaf = Resources { lut: 6, ff: 7, dsp48e2: 0, bram: 2, uram: 0, carry: 0 };
         let mut mid = Resources { dsp48e2: 1, carry: 2, ..Default::default() };
         mid.add(&leaf, 3);

@@ -21,6 +21,7 @@ use opu_hw::numerics::vector::DType;
 use opu_hw::numerics::{WeightFormat, WideAcc, BLOCK};
 use rayon::prelude::*;
 
+use opu_hw::numerics::acc::TermSum;
 use opu_hw::numerics::dot::accumulate_block_sums;
 
 /// One token's input vector, aligned for the PE array.
@@ -32,12 +33,15 @@ pub(crate) struct AlignedActs {
     pub nonfinite: Vec<bool>,
     /// `S_a` of each block.
     pub sum: Vec<i64>,
+    /// Whether any block is non-finite.
+    pub any_nonfinite: bool,
 }
 
 impl AlignedActs {
     pub fn new(x: &[u16], act_bits: u32) -> Self {
         let blocks = align_vector(x, act_bits);
         AlignedActs {
+            any_nonfinite: blocks.iter().any(|b| b.nonfinite),
             mant: blocks.iter().map(to_i16).collect(),
             scale_exp: blocks.iter().map(|b| b.scale_exp).collect(),
             nonfinite: blocks.iter().map(|b| b.nonfinite).collect(),
@@ -74,10 +78,19 @@ fn block_scales(fmt: WeightFormat, blk: &[u8]) -> (u16, Option<u16>) {
 /// Adds one row of blocks to `acc` (`dot::accumulate_row` for a block format), given each block's `S_q`.
 #[inline(always)]
 fn accumulate_row_sums(acc: &mut WideAcc, fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32]) {
-    let blocks = row.chunks_exact(fmt.block_bytes()).zip(sq).zip(&acts.scale_exp).zip(&acts.nonfinite).zip(&acts.sum);
-    for ((((blk, &sq), &x), &x_nonfinite), &sa) in blocks {
-        let (d, m) = block_scales(fmt, blk);
-        accumulate_block_sums(acc, x, x_nonfinite, i64::from(sq), sa, d, m);
+    // the row's terms through an i64 partial sum (the same bits: `TermSum`)
+    let mut sum = TermSum::new(*acc);
+    accumulate_blocks(&mut sum, fmt, row, acts, sq, 0..acts.blocks());
+    *acc = sum.finish();
+}
+
+/// Adds blocks `range` of a row (`accumulate_block_sums` each).
+#[inline(always)]
+fn accumulate_blocks(sum: &mut TermSum, fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32], range: std::ops::Range<usize>) {
+    let bb = fmt.block_bytes();
+    for b in range {
+        let (d, m) = block_scales(fmt, &row[b * bb..(b + 1) * bb]);
+        accumulate_block_sums(sum, acts.scale_exp[b], acts.nonfinite[b], i64::from(sq[b]), acts.sum[b], d, m);
     }
 }
 
@@ -122,6 +135,19 @@ impl Simd {
         Simd::Portable
     }
 
+    /// Adds one row of blocks to `acc` given each block's `S_q` ([`accumulate_row_sums`]; with AVX2 the
+    /// epilogue four blocks at a time).
+    #[inline(always)]
+    pub fn accumulate_row(self, acc: &mut WideAcc, fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32]) {
+        match self {
+            Simd::Portable => accumulate_row_sums(acc, fmt, row, acts, sq),
+            // SAFETY: AVX2 is present (detected); `row` holds the blocks of `acts` and `sq` one sum per block
+            // (checked by `row_sums` before).
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { avx2::accumulate_row(fmt, row, acts, sq, acc) },
+        }
+    }
+
     /// `S_q` of every block of `row` (whole blocks of `fmt`) against `acts`, into `sq`.
     pub fn row_sums(self, fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &mut [i32]) {
         let bb = fmt.block_bytes();
@@ -142,8 +168,104 @@ impl Simd {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{qs_offset, WeightFormat, BLOCK};
+    use super::{accumulate_blocks, qs_offset, AlignedActs, TermSum, WeightFormat, WideAcc, BLOCK};
     use std::arch::x86_64::*;
+
+    /// Four blocks' FP16 scales (`d` or `m`, at byte `at` of each block), decoded as `fp16::parts` does into
+    /// i64 lanes: the signed significand, the exponent, and whether the exponent field is 31 (non-finite).
+    #[inline(always)]
+    unsafe fn scales4(row: *const u8, bb: usize, at: usize) -> (__m256i, __m256i, __m256i) {
+        let h = |k: usize| i64::from(u16::from_le_bytes([*row.add(k * bb + at), *row.add(k * bb + at + 1)]));
+        let bits = _mm256_set_epi64x(h(3), h(2), h(1), h(0));
+        let e = _mm256_and_si256(_mm256_srli_epi64(bits, 10), _mm256_set1_epi64x(31));
+        let f = _mm256_and_si256(bits, _mm256_set1_epi64x(0x3FF));
+        let normal = _mm256_cmpgt_epi64(e, _mm256_setzero_si256());
+        let sig = _mm256_or_si256(f, _mm256_and_si256(normal, _mm256_set1_epi64x(1024)));
+        // negate where the sign bit is set: (sig ^ -1) - (-1)
+        let neg = _mm256_sub_epi64(_mm256_setzero_si256(), _mm256_srli_epi64(bits, 15));
+        let signed = _mm256_sub_epi64(_mm256_xor_si256(sig, neg), neg);
+        // a subnormal's exponent is 1 (the lanes' upper halves are zero: a 32-bit max is a 64-bit max)
+        let exp = _mm256_max_epi32(e, _mm256_set1_epi64x(1));
+        (signed, exp, _mm256_cmpeq_epi64(e, _mm256_set1_epi64x(31)))
+    }
+
+    /// `floor(p * 2^sh)` per lane (`WideAcc::add_term`'s floor on the grid), for `sh < 16` and `|p| < 2^40`:
+    /// a left shift, or an arithmetic right shift built from the logical one (AVX2 has no 64-bit `sra`);
+    /// a count of 64 or more leaves 0 or -1, the floor of anything below one unit.
+    #[inline(always)]
+    unsafe fn floor_shift(p: __m256i, sh: __m256i) -> __m256i {
+        let zero = _mm256_setzero_si256();
+        // a negative count is a huge unsigned one: 0, never selected
+        let left = _mm256_sllv_epi64(p, sh);
+        let sign = _mm256_cmpgt_epi64(zero, p);
+        let right = _mm256_xor_si256(_mm256_srlv_epi64(_mm256_xor_si256(p, sign), _mm256_sub_epi64(zero, sh)), sign);
+        _mm256_blendv_epi8(left, right, _mm256_cmpgt_epi64(zero, sh))
+    }
+
+    /// [`super::accumulate_row_sums`] with the block epilogue four blocks at a time in i64 lanes: the same
+    /// terms as `accumulate_block_sums` (each floored on its own), summed in another order (exact integer
+    /// sums: the same bits). Per lane and group of four blocks at most two terms, `|d S_q| < 2^39` and
+    /// `|m S_a| < 2^32` shifted by less than 16: `< 2^55`; 32 groups per fold keep a lane below `2^61`.
+    /// A group with a non-finite scale or a shift of 16 or more (large values only) goes through the scalar
+    /// path, as does the tail.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn accumulate_row(fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32], acc: &mut WideAcc) {
+        const GROUPS_PER_FOLD: u32 = 32;
+        let bb = fmt.block_bytes();
+        let nb = acts.blocks();
+        assert!(row.len() == nb * bb && sq.len() >= nb && acts.scale_exp.len() == nb && acts.sum.len() == nb);
+        let mut sum = TermSum::new(*acc);
+        let (p, x, sa) = (row.as_ptr(), acts.scale_exp.as_ptr(), acts.sum.as_ptr());
+        let seven = _mm256_set1_epi64x(7);
+        let fifteen = _mm256_set1_epi64x(15);
+        let mut lanes = _mm256_setzero_si256();
+        let mut wide = 0i128;
+        let mut groups = 0;
+        let mut b = 0;
+        while b + 4 <= nb {
+            let (d_sig, d_exp, d_nf) = scales4(p.add(b * bb), bb, 0);
+            let xs = _mm256_cvtepi32_epi64(_mm_loadu_si128(x.add(b) as *const __m128i));
+            let sqs = _mm256_cvtepi32_epi64(_mm_loadu_si128(sq.as_ptr().add(b) as *const __m128i));
+            // grid shift: (exponent - 25 + X) + 32
+            let d_sh = _mm256_add_epi64(_mm256_add_epi64(d_exp, xs), seven);
+            let mut bad = _mm256_or_si256(d_nf, _mm256_cmpgt_epi64(d_sh, fifteen));
+            let mut t = floor_shift(_mm256_mul_epi32(d_sig, sqs), d_sh);
+            if fmt == WeightFormat::W4Min {
+                let (m_sig, m_exp, m_nf) = scales4(p.add(b * bb), bb, 2);
+                let m_sh = _mm256_add_epi64(_mm256_add_epi64(m_exp, xs), seven);
+                bad = _mm256_or_si256(bad, _mm256_or_si256(m_nf, _mm256_cmpgt_epi64(m_sh, fifteen)));
+                // |S_a| < 2^21: its low 32 bits are the value
+                let sas = _mm256_loadu_si256(sa.add(b) as *const __m256i);
+                t = _mm256_add_epi64(t, floor_shift(_mm256_mul_epi32(m_sig, sas), m_sh));
+            }
+            if _mm256_movemask_epi8(bad) == 0 {
+                lanes = _mm256_add_epi64(lanes, t);
+                groups += 1;
+                if groups == GROUPS_PER_FOLD {
+                    wide += fold(lanes);
+                    lanes = _mm256_setzero_si256();
+                    groups = 0;
+                }
+            } else {
+                accumulate_blocks(&mut sum, fmt, row, acts, sq, b..b + 4);
+            }
+            b += 4;
+        }
+        accumulate_blocks(&mut sum, fmt, row, acts, sq, b..nb);
+        let mut out = sum.finish();
+        out.fixed += wide + fold(lanes);
+        // the activation blocks' flags, which the scalar path ORs in block by block
+        out.nonfinite |= acts.any_nonfinite;
+        *acc = out;
+    }
+
+    /// The sum of the four lanes, exact.
+    #[inline(always)]
+    unsafe fn fold(v: __m256i) -> i128 {
+        let mut l = [0i64; 4];
+        _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, v);
+        l.iter().map(|&x| i128::from(x)).sum()
+    }
 
     /// The 8 i32 partial sums (pairs of products) of one block; their total is `S_q`.
     #[inline(always)]
@@ -341,7 +463,7 @@ fn rows_impl(simd: Simd, job: &MatmulJob, first: usize, out: &mut [u32]) {
             } else {
                 let a = &job.acts[t];
                 simd.row_sums(job.fmt, row, a, &mut sq);
-                accumulate_row_sums(&mut acc, job.fmt, row, a, &sq);
+                simd.accumulate_row(&mut acc, job.fmt, row, a, &sq);
             }
             *o = match job.out {
                 DType::F16 => u32::from(acc.to_f16()),
@@ -429,7 +551,9 @@ mod tests {
     fn kernel_rows_equal_accumulate_row() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         for fmt in [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8] {
-            for nb in [1usize, 7, 18, 48] {
+            // (the AVX2 epilogue: groups of four, the tail, a fold after 32 groups, groups with a special
+            // value or a large shift through the scalar path)
+            for nb in [1usize, 4, 7, 18, 48, 130].into_iter().flat_map(|nb| std::iter::repeat_n(nb, 50)) {
                 let x: Vec<u16> = (0..nb).flat_map(|_| random_acts(&mut rng)).collect();
                 let aligned = align_vector(&x, 16);
                 let acts = AlignedActs::new(&x, 16);
@@ -439,7 +563,7 @@ mod tests {
                     simd.row_sums(fmt, &row, &acts, &mut sq);
                     let start = WideAcc { fixed: rng.gen::<i64>().into(), nonfinite: false };
                     let (mut got, mut want) = (start, start);
-                    accumulate_row_sums(&mut got, fmt, &row, &acts, &sq);
+                    simd.accumulate_row(&mut got, fmt, &row, &acts, &sq);
                     accumulate_row(&mut want, fmt, &aligned, &x, &row);
                     assert_eq!(got, want, "{fmt:?} {nb} blocks {simd:?}");
                 }
