@@ -354,8 +354,9 @@ fn module_cells(netlist: &serde_json::Value) -> Result<BTreeMap<String, Vec<(Str
 /// Which modules of a design yosys maps on its own ([`synthesize_design_with`]); every other module is
 /// flattened into the nearest of them above it.
 struct Partition {
-    /// The top, its children (the units, one row each in the report), every module instantiated more than
-    /// once in the whole design (mapped once, counted per instance) and every module whose subtree has at
+    /// The top, its children (the units, one row each in the report), every module its parents instantiate
+    /// more than once together (mapped once, counted per instance; a module used once inside a repeated one
+    /// is flattened into it) and every module whose subtree has at
     /// least [`Partition::OWN_RUN_CELLS`] elaborated cells (a long run of its own, beside the others).
     /// rust-hdl makes a module of every register and memory: a yosys each would be hundreds of runs.
     mapped: std::collections::BTreeSet<String>,
@@ -380,23 +381,21 @@ impl Partition {
         let mut order = Vec::new();
         post(top, hierarchy, &mut Default::default(), &mut order);
         let children = |m: &str| hierarchy[m].iter().filter(|(k, _)| hierarchy.contains_key(k));
-        // elaborated cells of each subtree (children first) and instances in the whole design (parents first)
+        // elaborated cells of each subtree (children first), and how often each module is instantiated by
+        // its parent modules together
         let mut weight: BTreeMap<String, u64> = BTreeMap::new();
+        let mut uses: BTreeMap<String, u64> = BTreeMap::new();
         for m in &order {
             let w = hierarchy[m].iter().map(|(k, n)| n * weight.get(k).copied().unwrap_or(1)).sum();
             weight.insert(m.clone(), w);
-        }
-        let mut instances: BTreeMap<String, u64> = BTreeMap::from([(top.to_string(), 1)]);
-        for m in order.iter().rev() {
-            let n = instances.get(m).copied().unwrap_or(0);
             for (k, c) in children(m) {
-                *instances.entry(k.clone()).or_default() += n * c;
+                *uses.entry(k.clone()).or_default() += c;
             }
         }
         let units: std::collections::BTreeSet<&str> = children(top).map(|(k, _)| k.as_str()).collect();
         let mapped: std::collections::BTreeSet<String> = order
             .iter()
-            .filter(|m| m.as_str() == top || units.contains(m.as_str()) || instances[*m] > 1 || weight[*m] >= Self::OWN_RUN_CELLS)
+            .filter(|m| m.as_str() == top || units.contains(m.as_str()) || uses.get(*m).is_some_and(|&u| u > 1) || weight[*m] >= Self::OWN_RUN_CELLS)
             .cloned()
             .collect();
         // what each run maps: its own cells and those of the modules flattened into it (children first)
@@ -549,13 +548,14 @@ mod tests {
         ]);
         let p = Partition::of(&h, "top");
         let mapped: Vec<&str> = p.mapped.iter().map(String::as_str).collect();
-        // `reg` is below `lane`, so it is instantiated twice; `wrap`'s subtree is large (`big` below it);
-        // `r` (used once, small) is flattened into `u`
-        assert_eq!(mapped, ["big", "lane", "reg", "top", "u", "w", "wrap"]);
+        // `reg`, used once inside `lane`, is flattened into it (though there are two of it in the design), as
+        // `r` (used once, small) is into `u`; `wrap`'s subtree is large (`big` below it)
+        assert_eq!(mapped, ["big", "lane", "top", "u", "w", "wrap"]);
         assert_eq!(p.boxes("u", &h), ["lane"]);
+        assert!(p.boxes("lane", &h).is_empty());
         assert_eq!(p.boxes("top", &h), ["u", "w"]);
         assert_eq!(p.boxes("w", &h), ["wrap"]);
-        assert_eq!((p.run_weight["u"], p.run_weight["lane"], p.run_weight["big"]), (4, 600, 1500));
+        assert_eq!((p.run_weight["u"], p.run_weight["lane"], p.run_weight["big"]), (4, 601, 1500));
     }
 
     #[test]

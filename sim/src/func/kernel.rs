@@ -10,7 +10,9 @@
 //!    multiply-adds, with AVX2 when the CPU has it (`vpmaddwd`, 8 blocks per horizontal reduction) and a
 //!    portable loop otherwise; both equal `dot::block_sums` (tested);
 //! 3. the terms `d S_q 2^X` and `m S_a 2^X` enter the `WideAcc` exactly as `accumulate_block` adds them
-//!    (`opu_hw::numerics::dot::accumulate_block_sums`, the accumulator half of `accumulate_block`).
+//!    (`opu_hw::numerics::dot::accumulate_block_sums`, the accumulator half of `accumulate_block`), each
+//!    floored onto the grid on its own, summed through an i64 partial (`acc::TermSum`); with AVX2 four blocks
+//!    at a time in i64 lanes (`avx2::accumulate_row`), equal to the scalar path (tested at its bounds).
 //!
 //! The F16 format goes through `dot::accumulate_row` unchanged. Rows are independent and each is an exact
 //! sum, so splitting rows over threads gives the same bits for any thread count.
