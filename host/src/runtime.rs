@@ -161,12 +161,13 @@ impl Session {
             }
             let id = sampler.sample(&logits);
             generated.push(id);
-            let piece = decoder.push(id)?;
-            on_text(&piece);
-            text += &piece;
+            // a stop token ends the text and is not part of it (chat output never shows `<|im_end|>`)
             if stop.contains(&id) {
                 break StopReason::StopToken;
             }
+            let piece = decoder.push(id)?;
+            on_text(&piece);
+            text += &piece;
             if generated.len() >= params.max_tokens {
                 break StopReason::MaxTokens;
             }
