@@ -1057,7 +1057,7 @@ fn rtl(cmd: RtlCommand) -> Result<()> {
             }
             // the whole overlay module by module, a unit flattened
             let report = if unit == "top" {
-                let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let jobs = opu_rtl::synth::default_jobs();
                 let progress = |m: &str, done: usize, total: usize| {
                     spinner.set_message(format!("yosys synth_xilinx -family xcup on `top` for `{}`, module by module, {jobs} at once: {done}/{total} mapped (last: {m})", cfg.name));
                 };

@@ -1,6 +1,6 @@
 //! Resource figures from yosys (`opu rtl synth`): `synth_xilinx -family xcup` (UltraScale+, the U280's
-//! family) on a unit's Verilog, then `stat -json`, summed into LUT / FF / DSP48E2 / BRAM / URAM / carry
-//! counts.
+//! family) on a unit's Verilog, then the mapped netlist's cells (`write_json`), summed into LUT / FF /
+//! DSP48E2 / BRAM / URAM / carry counts.
 //!
 //! yosys keeps pipeline registers and accumulators out of the DSP48E2 on xcup, so its FF (and some LUT)
 //! counts are upper bounds of what Vivado would report.
@@ -85,33 +85,39 @@ pub fn synthesize(unit: &str, workdir: &Path) -> Result<SynthReport, SynthError>
     synthesize_for(unit, &OverlayConfig::sim(), workdir)
 }
 
-/// yosys' view of a synthesized unit: its top module's name, `stat -json` and the mapped netlist (`write_json`).
+/// yosys' view of a synthesized unit: its top module's name and the mapped netlist (`write_json`).
 struct Yosys {
     top: &'static str,
-    stat: serde_json::Value,
     netlist: serde_json::Value,
 }
 
-/// Emits `unit` for `cfg` into `workdir` and runs `synth_xilinx -family xcup -flatten` on it, leaving the
-/// Verilog, the statistics (`<top>.stat.json`) and the netlist (`<top>.net.json`) there.
-fn run_yosys(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<Yosys, SynthError> {
+/// Writes `unit`'s Verilog for `cfg` into `workdir`: its top module and the file.
+fn emit_into(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<(&'static str, std::path::PathBuf), SynthError> {
     let verilog = emit_verilog_for(unit, cfg)?;
     let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
     std::fs::create_dir_all(workdir)?;
-    let (v, j, n) = (workdir.join(format!("{top}.v")), workdir.join(format!("{top}.stat.json")), workdir.join(format!("{top}.net.json")));
+    let v = workdir.join(format!("{top}.v"));
     std::fs::write(&v, verilog)?;
-    yosys(unit, &format!("read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; tee -q -o {} stat -json; write_json {}", v.display(), j.display(), n.display()))?;
-    Ok(Yosys { top, stat: read_json(unit, &j)?, netlist: read_json(unit, &n)? })
+    Ok((top, v))
+}
+
+/// Emits `unit` for `cfg` into `workdir` and runs `synth_xilinx -family xcup -flatten` on it, leaving the
+/// Verilog and the netlist (`<top>.net.json`) there.
+fn run_yosys(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<Yosys, SynthError> {
+    let (top, v) = emit_into(unit, cfg, workdir)?;
+    let n = workdir.join(format!("{top}.net.json"));
+    yosys(unit, &format!("read_verilog {}; synth_xilinx -family xcup -top {top} -flatten; write_json {}", v.display(), n.display()))?;
+    Ok(Yosys { top, netlist: read_json(unit, &n)? })
 }
 
 /// Synthesizes `unit` as built for overlay `cfg` in `workdir`.
 pub fn synthesize_for(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<SynthReport, SynthError> {
-    let Yosys { top, stat, netlist } = run_yosys(unit, cfg, workdir)?;
-    let by_type = stat["design"]["num_cells_by_type"]
-        .as_object()
-        .ok_or_else(|| SynthError::Stat { unit: unit.into(), what: "no design.num_cells_by_type".into() })?;
-    let cells: BTreeMap<String, u64> = by_type.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect();
-    let worst_path = timing::worst_paths(&netlist).map_err(|what| SynthError::Stat { unit: unit.into(), what })?.into_iter().next();
+    let Yosys { top, netlist } = run_yosys(unit, cfg, workdir)?;
+    let stat_err = |what: String| SynthError::Stat { unit: unit.into(), what };
+    // flattened: the top is the one module
+    let cells: BTreeMap<String, u64> =
+        module_cells(&netlist).map_err(stat_err)?.remove(top).ok_or_else(|| stat_err(format!("no module {top} in the netlist")))?.into_iter().collect();
+    let worst_path = timing::worst_paths(&netlist).map_err(stat_err)?.into_iter().next();
     let r = Resources::of_cells(cells.iter().map(|(k, n)| (k.as_str(), *n)));
     let dsp48e2 = r.dsp48e2;
     let mut packing_factor = products_per_cycle(unit, cfg);
@@ -248,8 +254,12 @@ pub struct DesignReport {
 /// Synthesizes `unit` as built for `cfg` module by module in `workdir` and sums its resources by instance,
 /// against the xcu280, with a timing estimate per module. Runs as many yosys at once as the machine has cores.
 pub fn synthesize_design(unit: &str, cfg: &OverlayConfig, workdir: &Path) -> Result<DesignReport, SynthError> {
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    synthesize_design_with(unit, cfg, workdir, jobs, &|_, _, _| {})
+    synthesize_design_with(unit, cfg, workdir, default_jobs(), &|_, _, _| {})
+}
+
+/// yosys processes at once by default: one per core.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// [`synthesize_design`] with `jobs` yosys processes at once, calling `progress(module, done, total)` as each
@@ -268,11 +278,7 @@ pub fn synthesize_design_with(
     jobs: usize,
     progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<DesignReport, SynthError> {
-    let verilog = emit_verilog_for(unit, cfg)?;
-    let top = top_name(unit).ok_or_else(|| EmitError::UnknownUnit(unit.into()))?;
-    std::fs::create_dir_all(workdir)?;
-    let v = workdir.join(format!("{top}.v"));
-    std::fs::write(&v, verilog)?;
+    let (top, v) = emit_into(unit, cfg, workdir)?;
     let stat_err = |what: String| SynthError::Stat { unit: unit.into(), what };
     // the hierarchy, elaborated but not synthesized (`proc`: the JSON backend takes no processes): which
     // module instantiates which. (The netlists, not `stat -json`: yosys 0.23 writes invalid JSON for a design
@@ -289,7 +295,7 @@ pub fn synthesize_design_with(
     order.sort_by(|a, b| part.run_weight[*b].cmp(&part.run_weight[*a]).then_with(|| a.cmp(b)));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let done = std::sync::atomic::AtomicUsize::new(0);
-    type Mapped = (String, Vec<(String, u64)>, Vec<timing::PathReport>);
+    type Mapped = (String, ModuleRun);
     let results: std::sync::Mutex<Vec<Result<Mapped, SynthError>>> = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..jobs.clamp(1, order.len()) {
@@ -298,7 +304,7 @@ pub fn synthesize_design_with(
                 let Some(&m) = order.get(i) else { break };
                 let r = map_module(unit, &v, m, &part.boxes(m, &hierarchy), workdir);
                 let failed = r.is_err();
-                results.lock().expect("no thread panics holding it").push(r.map(|(cells, paths)| (m.clone(), cells, paths)));
+                results.lock().expect("no thread panics holding it").push(r.map(|run| (m.clone(), run)));
                 if failed {
                     // the others finish the module they are on; nothing new starts
                     next.store(order.len(), std::sync::atomic::Ordering::Relaxed);
@@ -311,7 +317,7 @@ pub fn synthesize_design_with(
     let mut modules = BTreeMap::new();
     let mut paths = Vec::new();
     for r in results.into_inner().expect("no thread panics holding it") {
-        let (m, cells, p) = r?;
+        let (m, (cells, p)) = r?;
         modules.insert(m, cells);
         paths.extend(p);
     }
@@ -332,9 +338,17 @@ fn read_json(unit: &str, path: &Path) -> Result<serde_json::Value, SynthError> {
     serde_json::from_str(&std::fs::read_to_string(path)?).map_err(|e| SynthError::Stat { unit: unit.into(), what: format!("{}: {e}", path.display()) })
 }
 
+/// Each module of a design with its cells counted by type, submodules among them.
+type ModuleCells = BTreeMap<String, Vec<(String, u64)>>;
+
+/// The submodules module `m` instantiates (the cell types that are modules of `h`), with their counts.
+fn submodules<'a>(h: &'a ModuleCells, m: &str) -> impl Iterator<Item = (&'a String, u64)> + 'a {
+    h[m].iter().filter(|(k, _)| h.contains_key(k)).map(|(k, n)| (k, *n))
+}
+
 /// Each module of a yosys JSON netlist (`write_json`) with its cells counted by type (submodules among them),
 /// names without yosys' leading backslash; the cell library's black boxes left out.
-fn module_cells(netlist: &serde_json::Value) -> Result<BTreeMap<String, Vec<(String, u64)>>, String> {
+fn module_cells(netlist: &serde_json::Value) -> Result<ModuleCells, String> {
     let strip = |s: &str| s.trim_start_matches('\\').to_string();
     let mut modules = BTreeMap::new();
     for (name, m) in netlist["modules"].as_object().ok_or("the netlist has no `modules`")? {
@@ -367,12 +381,11 @@ struct Partition {
 impl Partition {
     const OWN_RUN_CELLS: u64 = 1000;
 
-    fn of(hierarchy: &BTreeMap<String, Vec<(String, u64)>>, top: &str) -> Self {
-        type Hierarchy = BTreeMap<String, Vec<(String, u64)>>;
+    fn of(hierarchy: &ModuleCells, top: &str) -> Self {
         // a post-order of the hierarchy (children first; it has no cycles)
-        fn post(m: &str, h: &Hierarchy, seen: &mut std::collections::BTreeSet<String>, out: &mut Vec<String>) {
+        fn post(m: &str, h: &ModuleCells, seen: &mut std::collections::BTreeSet<String>, out: &mut Vec<String>) {
             if seen.insert(m.to_string()) {
-                for (k, _) in h[m].iter().filter(|(k, _)| h.contains_key(k)) {
+                for (k, _) in submodules(h, m) {
                     post(k, h, seen, out);
                 }
                 out.push(m.to_string());
@@ -380,7 +393,6 @@ impl Partition {
         }
         let mut order = Vec::new();
         post(top, hierarchy, &mut Default::default(), &mut order);
-        let children = |m: &str| hierarchy[m].iter().filter(|(k, _)| hierarchy.contains_key(k));
         // elaborated cells of each subtree (children first), and how often each module is instantiated by
         // its parent modules together
         let mut weight: BTreeMap<String, u64> = BTreeMap::new();
@@ -388,11 +400,11 @@ impl Partition {
         for m in &order {
             let w = hierarchy[m].iter().map(|(k, n)| n * weight.get(k).copied().unwrap_or(1)).sum();
             weight.insert(m.clone(), w);
-            for (k, c) in children(m) {
+            for (k, c) in submodules(hierarchy, m) {
                 *uses.entry(k.clone()).or_default() += c;
             }
         }
-        let units: std::collections::BTreeSet<&str> = children(top).map(|(k, _)| k.as_str()).collect();
+        let units: std::collections::BTreeSet<&str> = submodules(hierarchy, top).map(|(k, _)| k.as_str()).collect();
         let mapped: std::collections::BTreeSet<String> = order
             .iter()
             .filter(|m| m.as_str() == top || units.contains(m.as_str()) || uses.get(*m).is_some_and(|&u| u > 1) || weight[*m] >= Self::OWN_RUN_CELLS)
@@ -411,12 +423,12 @@ impl Partition {
     }
 
     /// The mapped modules that `m`'s own run keeps as black boxes: the first below it on every path down.
-    fn boxes(&self, m: &str, hierarchy: &BTreeMap<String, Vec<(String, u64)>>) -> Vec<String> {
+    fn boxes(&self, m: &str, hierarchy: &ModuleCells) -> Vec<String> {
         let mut out = std::collections::BTreeSet::new();
         let mut stack = vec![m.to_string()];
         let mut seen = std::collections::BTreeSet::new();
         while let Some(x) = stack.pop() {
-            for (k, _) in hierarchy[&x].iter().filter(|(k, _)| hierarchy.contains_key(k)) {
+            for (k, _) in submodules(hierarchy, &x) {
                 if self.mapped.contains(k) {
                     out.insert(k.clone());
                 } else if seen.insert(k.clone()) {
@@ -428,10 +440,13 @@ impl Partition {
     }
 }
 
+/// What one module's yosys run gives: its cells by type and its worst paths.
+type ModuleRun = (Vec<(String, u64)>, Vec<timing::PathReport>);
+
 /// Maps module `m` of the Verilog `v` on its own, the mapped modules `boxes` below it black boxes and the
 /// rest flattened into it: its cells by type and its worst path (its netlist `<m>.net.json` left in
 /// `workdir`).
-fn map_module(unit: &str, v: &Path, m: &str, boxes: &[String], workdir: &Path) -> Result<(Vec<(String, u64)>, Vec<timing::PathReport>), SynthError> {
+fn map_module(unit: &str, v: &Path, m: &str, boxes: &[String], workdir: &Path) -> Result<ModuleRun, SynthError> {
     let boxes = if boxes.is_empty() { String::new() } else { format!("blackbox {}; ", boxes.join(" ")) };
     let n = workdir.join(format!("{m}.net.json"));
     // no I/O or clock buffers: the module's ports are not the chip's pins
@@ -455,32 +470,30 @@ fn design_report(
     unit: &str,
     top: &str,
     cfg: &OverlayConfig,
-    modules: &BTreeMap<String, Vec<(String, u64)>>,
+    modules: &ModuleCells,
     paths: Vec<timing::PathReport>,
 ) -> Result<DesignReport, String> {
     if !modules.contains_key(top) {
         return Err(format!("no module {top} among the mapped modules"));
     }
     // each module's total, with everything below it (the hierarchy has no cycles: yosys refuses them)
-    fn total(m: &str, modules: &BTreeMap<String, Vec<(String, u64)>>, memo: &mut BTreeMap<String, Resources>) -> Resources {
+    fn total(m: &str, modules: &ModuleCells, memo: &mut BTreeMap<String, Resources>) -> Resources {
         if let Some(r) = memo.get(m) {
             return r.clone();
         }
         let cells = &modules[m];
         let mut r = Resources::of_cells(cells.iter().filter(|(k, _)| !modules.contains_key(k)).map(|(k, n)| (k.as_str(), *n)));
-        for (k, n) in cells.iter().filter(|(k, _)| modules.contains_key(k)) {
+        for (k, n) in submodules(modules, m) {
             let sub = total(k, modules, memo);
-            r.add(&sub, *n);
+            r.add(&sub, n);
         }
         memo.insert(m.to_string(), r.clone());
         r
     }
-    fn below(m: &str, modules: &BTreeMap<String, Vec<(String, u64)>>, acc: &mut std::collections::BTreeSet<String>) {
+    fn below(m: &str, modules: &ModuleCells, acc: &mut std::collections::BTreeSet<String>) {
         if acc.insert(m.to_string()) {
-            for (k, _) in &modules[m] {
-                if modules.contains_key(k) {
-                    below(k, modules, acc);
-                }
+            for (k, _) in submodules(modules, m) {
+                below(k, modules, acc);
             }
         }
     }
@@ -499,17 +512,17 @@ fn design_report(
         .filter(|(k, _)| modules.contains_key(k))
         .map(|(k, n)| {
             let mut r = Resources::default();
-            r.add(&total(k, &modules, &mut memo), *n);
+            r.add(&total(k, modules, &mut memo), *n);
             let mut ms = std::collections::BTreeSet::new();
-            below(k, &modules, &mut ms);
+            below(k, modules, &mut ms);
             PartReport { module: k.clone(), instances: *n, resources: r, worst_path: worst_in(&ms) }
         })
         .collect();
     children.sort_by(|a, b| b.resources.lut.cmp(&a.resources.lut).then_with(|| a.module.cmp(&b.module)));
     parts.extend(children);
-    let total_r = total(top, &modules, &mut memo);
+    let total_r = total(top, modules, &mut memo);
     let mut used = std::collections::BTreeSet::new();
-    below(top, &modules, &mut used);
+    below(top, modules, &mut used);
     Ok(DesignReport {
         config: cfg.name.clone(),
         unit: unit.into(),
@@ -529,11 +542,15 @@ fn design_report(
 mod tests {
     use super::*;
 
+    /// Cell counts by type, as `module_cells` gives them.
+    fn cells(c: &[(&str, u64)]) -> Vec<(String, u64)> {
+        c.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    }
+
     /// Which modules get a yosys of their own: the top, its units, repeated and large modules; a small
     /// module used once is flattened into its parent, and a run boxes the first mapped modules below it.
     #[test]
     fn the_partition_maps_units_repeated_and_large_modules_on_their_own() {
-        let cells = |c: &[(&str, u64)]| c.iter().map(|(k, n)| (k.to_string(), *n)).collect::<Vec<_>>();
         // top: units `u` and `w`; u: a register module `r` once and `lane` twice; lane: `reg` once and 600
         // cells; w: `big` (a leaf of 1,500 cells) through `wrap`
         let h = BTreeMap::from([
@@ -561,7 +578,6 @@ mod tests {
     #[test]
     fn a_design_counts_each_module_once_per_instance() {
         // top: 10 LUT6 of its own, 2 x `mid`; mid: 3 x `leaf` + a DSP; leaf: 5 LUT4, 7 FDRE, a RAMB36E2
-        let cells = |c: &[(&str, u64)]| c.iter().map(|(k, n)| (k.to_string(), *n)).collect::<Vec<_>>();
         let modules = BTreeMap::from([
             ("top".to_string(), cells(&[("LUT6", 10), ("mid", 2)])),
             ("mid".to_string(), cells(&[("leaf", 3), ("DSP48E2", 1), ("CARRY4", 2)])),

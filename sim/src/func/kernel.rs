@@ -143,8 +143,7 @@ impl Simd {
     pub fn accumulate_row(self, acc: &mut WideAcc, fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32]) {
         match self {
             Simd::Portable => accumulate_row_sums(acc, fmt, row, acts, sq),
-            // SAFETY: AVX2 is present (detected); `row` holds the blocks of `acts` and `sq` one sum per block
-            // (checked by `row_sums` before).
+            // SAFETY: AVX2 is present (detected); the lengths of `row`, `sq` and `acts` are asserted there.
             #[cfg(target_arch = "x86_64")]
             Simd::Avx2 => unsafe { avx2::accumulate_row(fmt, row, acts, sq, acc) },
         }
