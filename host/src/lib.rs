@@ -4,6 +4,7 @@
 //! - [`calibration`]: routers calibrated for a target skip rate (`--skip`), cached in the model cache.
 //! - [`tokenizer`]: the tokenizer and chat template, built from the GGUF's metadata.
 //! - [`backend`]: the `Backend` trait and opening a backend by name (`reference`, `auto`, ...).
+//! - [`bench`]: `opu bench`'s peak resident memory per backend and speed ratios.
 //! - [`loader`]: a program container onto any `Device`, and running an entry point.
 //! - [`exec`]: a program file run on a simulator (`opu exec`), and co-simulation against the functional
 //!   simulator (`opu cosim`).
@@ -16,6 +17,7 @@
 //! - [`sweep`]: `opu sweep-skip`, quality against bytes, cycles and KV saved per skip rate (table, PNG).
 
 pub mod backend;
+pub mod bench;
 pub mod cache;
 pub mod calibration;
 pub mod eval;
@@ -31,3 +33,38 @@ pub mod tokenizer;
 
 pub use runtime::{GenerateParams, Generation, Session};
 pub use sampling::SamplingParams;
+
+/// An error and its causes on one line, `outer: cause: cause`, each sentence once: a cause whose text the
+/// line already holds is left out (several error types put their source in their own message, so
+/// anyhow's `{:#}` would print it twice).
+pub fn error_report(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line += ": ";
+        }
+        line += &text;
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_report_prints_each_cause_once() {
+        // a container error whose message holds its source, under a context
+        let inner = opu_hw::container::ContainerError::TooShort { len: 8, need: 64 };
+        let outer = opu_hw::container::ContainerError::File { path: "bad.opu".into(), source: Box::new(inner) };
+        let e = anyhow::Error::new(outer).context("opening the program");
+        assert_eq!(
+            super::error_report(&e),
+            "opening the program: bad.opu: not an OPU program: 8 bytes is shorter than the 64-byte header"
+        );
+        let io = anyhow::Error::new(std::io::Error::other("disk on fire")).context("reading x.gguf");
+        assert_eq!(super::error_report(&io), "reading x.gguf: disk on fire");
+    }
+}

@@ -69,14 +69,14 @@ enum Command {
         system: Option<String>,
         #[arg(long, default_value_t = 256)]
         max_tokens: usize,
-        /// 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
+        /// 0 is greedy; a finite number, 0 or more.
+        #[arg(long, default_value_t = 0.0, value_parser = opu_host::sampling::parse_temperature)]
         temperature: f32,
         /// Sample from the K most likely tokens only (0: all).
         #[arg(long, default_value_t = 0)]
         top_k: usize,
-        /// Sample from the most likely tokens that make up probability P (1: all).
-        #[arg(long, default_value_t = 1.0)]
+        /// Sample from the most likely tokens that make up probability P, above 0 and at most 1 (1: all).
+        #[arg(long, default_value_t = 1.0, value_parser = opu_host::sampling::parse_top_p)]
         top_p: f32,
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -125,6 +125,12 @@ enum Command {
         /// One-token decode steps after it.
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
+        /// Also decode at a long context: a prompt of N tokens, then the same decode steps (their speed,
+        /// and its slowdown against the decode after --prompt-tokens).
+        #[arg(long)]
+        context: Option<usize>,
+        /// One JSON array, a row per backend and config: tokens/s per phase, MACs/s, peak resident memory,
+        /// the ratios to the first row, the overlay's figures.
         #[arg(long)]
         json: bool,
     },
@@ -494,7 +500,7 @@ impl ModelArgs {
 
 fn main() {
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", opu_host::error_report(&e));
         std::process::exit(1);
     }
 }
@@ -705,8 +711,9 @@ fn run(cli: Cli) -> Result<()> {
                 report.against
             );
         }
-        Command::Bench { model, prompt_tokens, decode_tokens, json } => {
+        Command::Bench { model, prompt_tokens, decode_tokens, context, json } => {
             anyhow::ensure!(prompt_tokens > 0, "--prompt-tokens must be at least 1");
+            anyhow::ensure!(context.is_none_or(|c| c > 0), "--context must be at least 1");
             // Several backends (and overlay configs), side by side in one run (e.g. `--backend sim,reference`).
             let mut rows = Vec::new();
             let runs = model.backend.split(',').flat_map(|b| {
@@ -715,6 +722,8 @@ fn run(cli: Cli) -> Result<()> {
                 configs.into_iter().map(move |c| (b, c))
             });
             for (backend, config) in runs {
+                // the peak resident memory of this backend's session alone (the previous one is dropped)
+                opu_host::bench::reset_peak_rss();
                 let mut session = ModelArgs {
                     backend: backend.to_string(),
                     model: model.model.clone(),
@@ -727,7 +736,8 @@ fn run(cli: Cli) -> Result<()> {
                 }.open(json, Some(1))?;
                 // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
                 let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
-                let prompt_ids: Vec<u32> = seed_ids.iter().cycle().take(prompt_tokens).copied().collect();
+                let prompt = |n: usize| -> Vec<u32> { seed_ids.iter().cycle().take(n).copied().collect() };
+                let prompt_ids = prompt(prompt_tokens);
                 let params = GenerateParams { max_tokens: decode_tokens + 1, stop: vec![u32::MAX], ..GenerateParams::default() };
                 if backend != "rtl" {
                     // warm-up (the RTL's speed is its simulator's, which needs none)
@@ -735,7 +745,14 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 let gen = session.generate(&prompt_ids, &params, |_| {})?;
                 let stats = session.backend_stats();
+                let long = match context {
+                    Some(n) => Some(session.generate(&prompt(n), &params, |_| {})?),
+                    None => None,
+                };
+                let peak_rss = opu_host::bench::peak_rss_bytes();
                 let compile = stats.as_ref().and_then(|s| s["compile_seconds"].as_f64());
+                // MACs per decoded token where the backend counts them (the overlay's counters)
+                let macs = stats.as_ref().and_then(|s| s["per_token"]["macs"].as_f64());
                 // the overlay's figures per decoded token: the RTL's counters, or the functional simulator's
                 // model of them (`cycles_are_estimates`)
                 let figures = stats.as_ref().map(|s| {
@@ -749,32 +766,69 @@ fn run(cli: Cli) -> Result<()> {
                         "cycles_are_estimates": f["cycles_are_estimates"],
                     })
                 });
-                rows.push(serde_json::json!({
+                let threads = opu_host::runtime::compute_threads();
+                let mut row = serde_json::json!({
                     "overlay": figures,
                     "backend": session.backend_name(),
-                    "threads": std::env::var("RAYON_NUM_THREADS").unwrap_or_default(),
+                    "config": if backend == "reference" { serde_json::Value::Null } else { config.into() },
+                    "threads": threads,
                     "prompt_tokens": prompt_tokens,
                     "decode_tokens": gen.decode_steps,
                     "prefill_tokens_per_second": gen.prefill_tokens_per_second(),
                     "decode_tokens_per_second": gen.tokens_per_second(),
+                    "decode_macs_per_token": macs,
+                    "decode_macs_per_second": macs.map(|m| m * gen.tokens_per_second()),
+                    "peak_rss_bytes": peak_rss,
                     "compile_seconds": compile,
-                }));
+                });
+                if let (Some(n), Some(l)) = (context, &long) {
+                    row["context"] = n.into();
+                    row["context_prefill_tokens_per_second"] = l.prefill_tokens_per_second().into();
+                    row["context_decode_tokens_per_second"] = l.tokens_per_second().into();
+                    // how much slower a decode step is at position `n` than after the short prompt
+                    row["context_slowdown"] = (gen.tokens_per_second() / l.tokens_per_second().max(1e-9)).into();
+                }
+                rows.push(row);
             }
+            opu_host::bench::add_ratios(&mut rows);
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<46} {:>8} {:>14} {:>14} {:>12}", "backend", "threads", "prefill tok/s", "decode tok/s", "compile s");
+                let ratio = |r: &serde_json::Value, k: &str| r[k].as_f64().map_or("-".to_string(), |q| format!("{q:.2}x"));
+                println!(
+                    "{:<46} {:>7} {:>13} {:>7} {:>12} {:>7} {:>9} {:>9} {:>9}",
+                    "backend", "threads", "prefill tok/s", "ratio", "decode tok/s", "ratio", "G MAC/s", "peak MiB", "compile s"
+                );
                 for r in &rows {
                     println!(
-                        "{:<46} {:>8} {:>14.1} {:>14.1} {:>12}",
+                        "{:<46} {:>7} {:>13.1} {:>7} {:>12.1} {:>7} {:>9} {:>9} {:>9}",
                         r["backend"].as_str().unwrap_or(""),
-                        r["threads"].as_str().unwrap_or(""),
+                        r["threads"],
                         r["prefill_tokens_per_second"].as_f64().unwrap_or(0.0),
+                        ratio(r, "prefill_ratio"),
                         r["decode_tokens_per_second"].as_f64().unwrap_or(0.0),
+                        ratio(r, "decode_ratio"),
+                        r["decode_macs_per_second"].as_f64().map_or("-".to_string(), |m| format!("{:.2}", m / 1e9)),
+                        r["peak_rss_bytes"].as_f64().map_or("-".to_string(), |b| format!("{:.0}", b / (1u64 << 20) as f64)),
                         r["compile_seconds"].as_f64().map_or("-".to_string(), |c| format!("{c:.2}")),
                     );
                 }
-                println!("({prompt_tokens} prompt tokens, then {decode_tokens} one-token steps, one run)");
+                println!("({prompt_tokens} prompt tokens, then {decode_tokens} one-token steps, one run; ratios to the first row)");
+                if let Some(n) = context {
+                    println!();
+                    println!("{:<46} {:>13} {:>12} {:>7} {:>9}", format!("at context {n}"), "prefill tok/s", "decode tok/s", "ratio", "slowdown");
+                    for r in &rows {
+                        println!(
+                            "{:<46} {:>13.1} {:>12.1} {:>7} {:>8.2}x",
+                            r["backend"].as_str().unwrap_or(""),
+                            r["context_prefill_tokens_per_second"].as_f64().unwrap_or(0.0),
+                            r["context_decode_tokens_per_second"].as_f64().unwrap_or(0.0),
+                            ratio(r, "context_decode_ratio"),
+                            r["context_slowdown"].as_f64().unwrap_or(0.0),
+                        );
+                    }
+                    println!("(a prompt of {n} tokens, then {decode_tokens} one-token steps; slowdown: decode after {prompt_tokens} prompt tokens over decode here)");
+                }
                 if rows.iter().any(|r| !r["overlay"].is_null()) {
                     println!();
                     println!(

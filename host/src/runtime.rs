@@ -146,6 +146,7 @@ impl Session {
         if prompt_ids.is_empty() {
             bail!("the prompt is empty: there is nothing to continue");
         }
+        params.sampling.validate()?;
         let stop = if params.stop.is_empty() { self.end_tokens.clone() } else { params.stop.clone() };
         let mut sampler = Sampler::new(params.sampling.clone());
         let mut decoder = self.tokenizer.stream_decoder();

@@ -21,6 +21,54 @@ impl Default for SamplingParams {
     }
 }
 
+/// A sampling setting out of its range (named as the field; the CLI's flags check the same ranges).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SamplingError {
+    #[error("temperature = {0}: {TEMPERATURE_RANGE}")]
+    Temperature(f32),
+    #[error("top_p = {0}: {TOP_P_RANGE}")]
+    TopP(f32),
+}
+
+/// What `temperature` may be.
+pub const TEMPERATURE_RANGE: &str = "expected a finite number, 0 (greedy) or more";
+/// What `top_p` may be.
+pub const TOP_P_RANGE: &str = "expected a number above 0 and at most 1 (1: all tokens)";
+
+fn temperature_ok(t: f32) -> bool {
+    t.is_finite() && t >= 0.0
+}
+
+fn top_p_ok(p: f32) -> bool {
+    p > 0.0 && p <= 1.0
+}
+
+impl SamplingParams {
+    /// Checks every setting's range (a NaN temperature would sample garbage, a `top_p` of 7 would be
+    /// taken as 1 without a word).
+    pub fn validate(&self) -> Result<(), SamplingError> {
+        if !temperature_ok(self.temperature) {
+            return Err(SamplingError::Temperature(self.temperature));
+        }
+        if !top_p_ok(self.top_p) {
+            return Err(SamplingError::TopP(self.top_p));
+        }
+        Ok(())
+    }
+}
+
+/// `--temperature` for clap: a number in [`TEMPERATURE_RANGE`].
+pub fn parse_temperature(s: &str) -> Result<f32, String> {
+    let t: f32 = s.trim().parse().map_err(|_| format!("`{s}` is not a number ({TEMPERATURE_RANGE})"))?;
+    temperature_ok(t).then_some(t).ok_or_else(|| TEMPERATURE_RANGE.to_string())
+}
+
+/// `--top-p` for clap: a number in [`TOP_P_RANGE`].
+pub fn parse_top_p(s: &str) -> Result<f32, String> {
+    let p: f32 = s.trim().parse().map_err(|_| format!("`{s}` is not a number ({TOP_P_RANGE})"))?;
+    top_p_ok(p).then_some(p).ok_or_else(|| TOP_P_RANGE.to_string())
+}
+
 pub struct Sampler {
     params: SamplingParams,
     rng: ChaCha8Rng,
@@ -74,6 +122,25 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_out_of_range_are_refused() {
+        let ok = SamplingParams { temperature: 0.7, top_k: 40, top_p: 0.9, seed: 1 };
+        assert_eq!(ok.validate(), Ok(()));
+        for t in [f32::NAN, -0.5, f32::INFINITY] {
+            let e = SamplingParams { temperature: t, ..ok.clone() }.validate().unwrap_err();
+            assert!(e.to_string().starts_with("temperature = "), "{e}");
+            assert!(parse_temperature(&t.to_string()).is_err(), "{t}");
+        }
+        for p in [f32::NAN, 0.0, -1.0, 1.5, 7.0] {
+            let e = SamplingParams { top_p: p, ..ok.clone() }.validate().unwrap_err();
+            assert!(e.to_string().contains("top_p = ") && e.to_string().contains("at most 1"), "{e}");
+            assert!(parse_top_p(&p.to_string()).is_err(), "{p}");
+        }
+        assert_eq!(parse_temperature("0"), Ok(0.0));
+        assert_eq!(parse_top_p("1"), Ok(1.0));
+        assert!(parse_top_p("abc").unwrap_err().contains("not a number"));
+    }
 
     #[test]
     fn greedy_and_filters() {

@@ -75,6 +75,40 @@ fn bad_input_fails_with_a_message_naming_file_and_line() {
     let out = opu(&["info", "--config", "u999"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8(out.stderr).unwrap().contains("unknown overlay preset `u999`"));
+
+    // a file that is not a container: the sentence once, with the file's name
+    let short = tmp("short.opu");
+    std::fs::write(&short, b"OPUPROG\0").unwrap();
+    for cmd in ["inspect", "disasm"] {
+        let out = opu(&[cmd, s(&short)]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.matches("shorter than the 64-byte header").count(), 1, "{cmd}: {err}");
+        assert!(err.contains("short.opu"), "{cmd}: {err}");
+    }
+}
+
+/// Sampling settings out of range are refused before anything runs, naming the flag and the range.
+#[test]
+fn run_refuses_sampling_settings_out_of_range() {
+    for (flag, value, range) in [
+        ("--temperature", "nan", "0 (greedy) or more"),
+        ("--temperature=-1", "", "0 (greedy) or more"),
+        ("--top-p", "7", "at most 1"),
+        ("--top-p", "0", "at most 1"),
+        ("--top-p", "x", "not a number"),
+    ] {
+        let mut args = vec!["run", "--backend", "reference", "--model", "/nonexistent.gguf", flag];
+        if !value.is_empty() {
+            args.push(value);
+        }
+        args.push("hello");
+        let out = opu(&args);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        let name = flag.split('=').next().unwrap();
+        assert!(err.contains(name) && err.contains(range), "{flag} {value}: {err}");
+    }
 }
 
 #[test]
@@ -275,7 +309,7 @@ fn rtl_emit_and_synth() {
 fn bench_reports_the_overlay_figures_at_each_config() {
     let out = opu(&[
         "bench", "--backend", "sim", "--config", "sim,u280", "--model", "smollm2", "--prompt-tokens", "2", "--decode-tokens",
-        "1", "--json",
+        "2", "--context", "5", "--json",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -294,7 +328,20 @@ fn bench_reports_the_overlay_figures_at_each_config() {
         let busy: f64 = ["dma", "matrix", "vector", "attention"].iter().map(|k| o["unit_utilization"][*k].as_f64().unwrap()).sum();
         assert!(busy > 0.9 && busy <= 1.0, "{config}: {}", o["unit_utilization"]);
         cycles.push(c);
+        // the speed figures: ratios to the first row, MACs per second from the counters, the peak memory
+        let decode = r["decode_tokens_per_second"].as_f64().unwrap();
+        assert!((r["decode_ratio"].as_f64().unwrap() - decode / rows[0]["decode_tokens_per_second"].as_f64().unwrap()).abs() < 1e-9);
+        let macs = r["decode_macs_per_token"].as_f64().unwrap();
+        assert!(macs > 100e6 && macs < 200e6, "{config}: SmolLM2-135M is about 135 M MACs per token, not {macs}");
+        assert!((r["decode_macs_per_second"].as_f64().unwrap() - macs * decode).abs() < 1.0);
+        // the weights alone are 97 MB; the 1 GiB device memory is touched only where used
+        let rss = r["peak_rss_bytes"].as_f64().unwrap();
+        assert!(rss > 97e6 && rss < 4e9, "{config}: peak RSS {rss}");
+        assert_eq!(r["context"], 5);
+        assert!(r["context_decode_tokens_per_second"].as_f64().unwrap() > 0.0);
+        assert!(r["context_slowdown"].as_f64().unwrap() > 0.0);
     }
+    assert_eq!(rows[0]["decode_ratio"], 1.0);
     // 16 times the lanes and 32 times the memory: fewer cycles per token
     assert!(cycles[1] < cycles[0], "{cycles:?}");
     let out = opu(&["run", "--backend", "sim", "--config", "nosuch", "--model", "smollm2", "--max-tokens", "1", "hi"]);

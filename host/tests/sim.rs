@@ -158,3 +158,37 @@ fn layer_by_layer_the_sim_stays_close_to_the_f32_interpreter() {
         assert!(l.relative_l2 > 0.0 && l.relative_l2 < 5e-3, "layer {}: {}", l.layer, l.relative_l2);
     }
 }
+
+/// SHA-256 of every logit (FP32 bits, little-endian) of SmolLM2 on the sim backend: a fixed prompt of 40
+/// tokens (prefill batches and single-token passes), then 4 greedy decode steps. Pinned from the simulator
+/// of 2026-12-03 before its attention and matmul kernels were rewritten for speed (commit 94ade3b): a
+/// faster kernel must give every bit of it, on 1 and 2 threads.
+const SMOLLM2_LOGITS_SHA256: &str = "2d92debe93858e43ae321aa8add39a66d998eaf2f307f3a6e128069fff33175e";
+
+#[test]
+fn smollm2_logits_are_the_pinned_bits_on_one_and_two_threads() {
+    use sha2::{Digest, Sha256};
+    let model = model_path();
+    let g = Gguf::open(&model).unwrap();
+    let r: Value = serde_json::from_str(include_str!("../../tests/data/smollm2_reference.json")).unwrap();
+    let prompt: Vec<u32> = ids(&r["tokenization"][0]["prompt_ids"]).into_iter().cycle().take(40).collect();
+    let hash = |threads: usize| {
+        let mut sim = SimBackend::open(&g, &OverlayConfig::sim(), &CompileOptions { max_context: Some(64), ..Default::default() }, threads).unwrap();
+        let mut h = Sha256::new();
+        let mut last = Vec::new();
+        for row in sim.forward(&prompt, true).unwrap() {
+            row.iter().for_each(|x| h.update(x.to_bits().to_le_bytes()));
+            last = row;
+        }
+        for _ in 0..4 {
+            let next = opu_hw::numerics::vector::argmax(last.iter().copied());
+            last = sim.forward(&[next], false).unwrap().pop().unwrap();
+            last.iter().for_each(|x| h.update(x.to_bits().to_le_bytes()));
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let one = hash(1);
+    eprintln!("logits sha256 {one}");
+    assert_eq!(one, SMOLLM2_LOGITS_SHA256, "1 thread");
+    assert_eq!(hash(2), SMOLLM2_LOGITS_SHA256, "2 threads");
+}

@@ -311,6 +311,7 @@ impl OnlineSoftmax {
     /// The state half of one position: `m' = max(m, s)` (a NaN score wins), `c = exp(m - m')` (1 when
     /// `m' == m`), `p = exp(s - m')`, `l = l c + p`; returns `(c, p)`, the factors of the output update
     /// `o c + p v` ([`axpby`]). The reduction unit computes this and hands `c`, `p` to the vector lanes.
+    #[inline]
     pub fn step(&mut self, score: f32) -> (f32, f32) {
         let m_new = if score > self.max || score.is_nan() { score } else { self.max };
         let c = if m_new == self.max { 1.0 } else { exp(self.max - m_new) };
@@ -323,8 +324,23 @@ impl OnlineSoftmax {
     /// Folds in one position: its score and its V row (FP16 bits).
     pub fn push(&mut self, score: f32, v: &[u16]) {
         let (c, p) = self.step(score);
-        for (o, &vb) in self.out.iter_mut().zip(v) {
-            *o = axpby(*o, c, p, f16_to_f32(vb));
+        self.update(c, p, v.iter().map(|&vb| f16_to_f32(vb)));
+    }
+
+    /// [`push`](Self::push) with the V row's FP16 values already widened to FP32 (exact: every FP16 value
+    /// is an FP32 value), for a row that several query heads fold in. (Inlined, so that a caller compiled
+    /// for wider vectors vectorizes its update.)
+    #[inline(always)]
+    pub fn push_widened(&mut self, score: f32, v: &[f32]) {
+        let (c, p) = self.step(score);
+        self.update(c, p, v.iter().copied());
+    }
+
+    /// The output update `o c + p v` ([`axpby`]) of one position.
+    #[inline(always)]
+    fn update(&mut self, c: f32, p: f32, v: impl IntoIterator<Item = f32>) {
+        for (o, x) in self.out.iter_mut().zip(v) {
+            *o = axpby(*o, c, p, x);
         }
     }
 
@@ -343,7 +359,20 @@ pub fn attention_score(q: &[u16], k: &[u16], scale: f32) -> f32 {
 /// [`attention_score`] of vectors split once (a K row scored against every query head of its group).
 #[inline]
 pub fn attention_score_split(q: &F16Split, k: &F16Split, scale: f32) -> f32 {
-    canon_f32(super::dot::dot_f16_split(q, k).to_f32() * scale)
+    attention_score_of(super::dot::dot_f16_split(q, k), scale)
+}
+
+/// The score from its exact dot product `q . k` (`dot::dot_f16_split`'s accumulator): rounded to FP32,
+/// times `scale`.
+#[inline]
+pub fn attention_score_of(dot: WideAcc, scale: f32) -> f32 {
+    scale_score(dot.to_f32(), scale)
+}
+
+/// The score from its dot product rounded to FP32: times `scale`, rounded to FP32.
+#[inline]
+pub fn scale_score(dot: f32, scale: f32) -> f32 {
+    canon_f32(dot * scale)
 }
 
 /// Index of the largest value; ties go to the lowest index; NaN is never chosen (all-NaN gives 0).

@@ -131,6 +131,7 @@ impl Simd {
             && std::arch::is_x86_feature_detected!("bmi2")
             && std::arch::is_x86_feature_detected!("lzcnt")
             && std::arch::is_x86_feature_detected!("popcnt")
+            && std::arch::is_x86_feature_detected!("f16c")
         {
             return Simd::Avx2;
         }

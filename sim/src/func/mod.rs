@@ -18,6 +18,7 @@ mod kernel;
 mod machine;
 mod mmio;
 mod program;
+mod score;
 mod stats;
 
 use std::time::Duration;

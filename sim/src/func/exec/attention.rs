@@ -9,13 +9,55 @@ use opu_hw::isa::{Csr, Reg};
 use opu_hw::numerics::vector::{DType, OnlineSoftmax};
 use opu_hw::regs::ErrorCode;
 
-use opu_hw::numerics::dot::F16Split;
-use opu_hw::numerics::vector::attention_score_split;
-use crate::func::machine::{f16s, line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
+use crate::func::machine::{line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
+use crate::func::kernel::Simd;
+use crate::func::score::{score_row, KRow, Query};
 
 /// Positions whose K and V are gathered (and scored in parallel) at a time: bounds the memory of an `attn`
 /// over any number of positions.
 const POSITIONS_PER_CHUNK: u64 = 4096;
+
+/// The online softmax of every head of the group folds in the chunk's positions in order: each V row
+/// widened to FP32 once for all the heads, then `OnlineSoftmax::push_widened` (compiled for AVX2 where
+/// the CPU has it, so that its output update is eight lanes wide).
+fn fold_positions<'a>(
+    simd: Simd,
+    softmax: &mut [OnlineSoftmax],
+    rows: &[(bool, usize)],
+    scores: &[f32],
+    v_of: impl Fn((bool, usize)) -> &'a [u16],
+    v_row: &mut [f32],
+) {
+    #[inline(always)]
+    fn fold<'a>(softmax: &mut [OnlineSoftmax], rows: &[(bool, usize)], scores: &[f32], v_of: impl Fn((bool, usize)) -> &'a [u16], v_row: &mut [f32]) {
+        let group = softmax.len();
+        for (&r, st) in rows.iter().zip(scores.chunks_exact(group)) {
+            let vt: &[half::f16] = half::slice::HalfBitsSliceExt::reinterpret_cast(v_of(r));
+            half::slice::HalfFloatSliceExt::convert_to_f32_slice(vt, v_row);
+            for (sm, &s) in softmax.iter_mut().zip(st) {
+                sm.push_widened(s, v_row);
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[(bool, usize)], scores: &[f32], v_of: impl Fn((bool, usize)) -> &'a [u16], v_row: &mut [f32]) {
+        fold(softmax, rows, scores, v_of, v_row)
+    }
+    match simd {
+        Simd::Portable => fold(softmax, rows, scores, v_of, v_row),
+        // SAFETY: AVX2 is present (detected).
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { fold_avx2(softmax, rows, scores, v_of, v_row) },
+    }
+}
+
+/// Little-endian FP16 bytes into FP16 bits.
+fn copy_f16s(dst: &mut [u16], src: &[u8]) {
+    for (d, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *d = u16::from_le_bytes([b[0], b[1]]);
+    }
+}
 
 /// Distinct values of a nondecreasing sequence of line numbers.
 fn lines_of(lines: impl Iterator<Item = u64>) -> u64 {
@@ -111,16 +153,25 @@ impl Machine {
 
         let scale = f32::from_bits(self.csr(Csr::AttnScale));
         let group = group as usize;
-        let queries: Vec<F16Split> =
-            (0..group).map(|g| F16Split::new(&self.spm_f16s(q_r.start + g * 2 * hd, hd))).collect();
+        let simd = self.kernel.simd;
+        let queries: Vec<Query> = (0..group).map(|g| Query::new(&self.spm_f16s(q_r.start + g * 2 * hd, hd))).collect();
         let mut softmax: Vec<OnlineSoftmax> = (0..group).map(|_| OnlineSoftmax::new(hd)).collect();
+        let limit = queries.iter().map(Query::limit).fold(f32::INFINITY, f32::min);
+        // Where each position's K and V rows are read: its history slot (present positions refresh it
+        // first, so a slot always holds the position's rows), or, beyond the slots, device memory gathered
+        // into `ks` / `vs` (FP16 bits).
+        let chunk_len = POSITIONS_PER_CHUNK.min(u64::from(positions)) as usize;
+        let mut rows: Vec<(bool, usize)> = Vec::with_capacity(chunk_len);
+        let (mut ks, mut vs) = (Vec::<u16>::new(), Vec::<u16>::new());
+        let mut scores = Vec::<f32>::with_capacity(chunk_len * group);
+        let mut v_row = vec![0f32; hd];
         let mut first = 0u64;
         while first < u64::from(positions) {
             let end = (first + POSITIONS_PER_CHUNK).min(u64::from(positions));
-            // K_t and V_t of the chunk's positions: present ones from memory, refreshing their history slot;
-            // skipped ones from the history (each position touches only its own slot).
             let n = (end - first) as usize;
-            let (mut ks, mut vs) = (Vec::with_capacity(n * hd), Vec::with_capacity(n * hd));
+            rows.clear();
+            ks.clear();
+            vs.clear();
             for t in first..end {
                 let slot = self.history_slot(t, kvh, hd);
                 let hist = self.history_elems(t as usize, kvh, hd);
@@ -128,40 +179,45 @@ impl Machine {
                     let row = self.kv_row_of(index_r.as_ref(), t);
                     let kr = self.mem_range(self.kv_row(k, row, hd))?;
                     let vr = self.mem_range(self.kv_row(v, row, hd))?;
-                    let (kt, vt) = (f16s(&self.mem[kr.clone()]), f16s(&self.mem[vr.clone()]));
                     self.note_read(&kr);
                     self.note_read(&vr);
                     self.counters.kv_history_misses += 1;
                     if slot {
-                        self.hist_k[hist.clone()].copy_from_slice(&kt);
-                        self.hist_v[hist].copy_from_slice(&vt);
+                        copy_f16s(&mut self.hist_k[hist.clone()], &self.mem[kr]);
+                        copy_f16s(&mut self.hist_v[hist.clone()], &self.mem[vr]);
+                        rows.push((true, hist.start));
+                    } else {
+                        rows.push((false, ks.len()));
+                        ks.resize(ks.len() + hd, 0);
+                        vs.resize(vs.len() + hd, 0);
+                        let at = ks.len() - hd;
+                        copy_f16s(&mut ks[at..], &self.mem[kr]);
+                        copy_f16s(&mut vs[at..], &self.mem[vr]);
                     }
-                    ks.extend(kt);
-                    vs.extend(vt);
                 } else {
                     self.counters.kv_history_hits += 1;
-                    ks.extend_from_slice(&self.hist_k[hist.clone()]);
-                    vs.extend_from_slice(&self.hist_v[hist]);
+                    rows.push((true, hist.start));
                 }
             }
             // The scores are independent of each other (computed in parallel when there are threads); the
-            // online softmax then folds them in position order. A K row is split once for all the heads.
-            let mut scores = vec![0f32; n * group];
+            // online softmax then folds them in position order.
+            scores.clear();
+            scores.resize(n * group, 0.0);
             let chunk = group * n.div_ceil(4 * self.kernel.threads()).max(64);
+            let (hist_k, hist_v) = (&self.hist_k, &self.hist_v);
+            let k_of = |(in_history, at): (bool, usize)| if in_history { &hist_k[at..at + hd] } else { &ks[at..at + hd] };
             self.kernel.for_each_chunk(&mut scores, chunk, |at, out| {
+                let mut kw = KRow::default();
                 for (i, st) in out.chunks_exact_mut(group).enumerate() {
-                    let t = at / group + i;
-                    let kt = F16Split::new(&ks[t * hd..(t + 1) * hd]);
+                    let kt = k_of(rows[at / group + i]);
+                    kw.fill(simd, kt, limit);
                     for (s, q) in st.iter_mut().zip(&queries) {
-                        *s = attention_score_split(q, &kt, scale);
+                        *s = score_row(simd, q, &kw, kt, scale);
                     }
                 }
             });
-            for (t, st) in scores.chunks_exact(group).enumerate() {
-                for (sm, &s) in softmax.iter_mut().zip(st) {
-                    sm.push(s, &vs[t * hd..(t + 1) * hd]);
-                }
-            }
+            let v_of = |(in_history, at): (bool, usize)| if in_history { &hist_v[at..at + hd] } else { &vs[at..at + hd] };
+            fold_positions(simd, &mut softmax, &rows, &scores, v_of, &mut v_row);
             first = end;
         }
         for (g, sm) in softmax.iter().enumerate() {
