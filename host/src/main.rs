@@ -91,7 +91,7 @@ enum Command {
     Eval {
         #[command(flatten)]
         model: ModelArgs,
-        /// Backend that generates the reference tokens.
+        /// Backend that generates the reference tokens: reference, sim or rtl (as --backend).
         #[arg(long, default_value = "reference")]
         against: String,
         /// JSON list of {"name", "text"} prompts.

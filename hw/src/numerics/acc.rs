@@ -213,44 +213,68 @@ pub const F32_FORMAT: FloatFormat = FloatFormat { precision: 24, emin: -126, ema
 /// Rounds the exact value `v * 2^lsb_exp` to the nearest value of `fmt`, ties to even, with subnormals and
 /// overflow to infinity; returns the bit pattern. An exact zero is +0; a negative value too small to
 /// represent rounds to -0 (IEEE).
+#[inline]
 pub fn round_fixed(v: i128, lsb_exp: i32, fmt: &FloatFormat) -> u64 {
     let sign = if v < 0 { 1u64 << (fmt.width - 1) } else { 0 };
     let mag = v.unsigned_abs();
     if mag == 0 {
         return 0;
     }
-    let p = fmt.precision as i32;
-    let msb = 127 - mag.leading_zeros() as i32;
-    let lead_exp = msb + lsb_exp;
-    // Exponent of the last kept bit: normal numbers keep `p` bits, subnormals stop at emin - (p - 1).
-    let mut q = lead_exp.max(fmt.emin) - (p - 1);
-    let shift = q - lsb_exp;
-    let mut m = if shift <= 0 {
-        mag << -shift
-    } else if shift >= 128 {
-        0 // the whole value is below half of the smallest step (mag < 2^127 <= half)
-    } else {
-        let kept = mag >> shift;
-        let rem = mag & ((1u128 << shift) - 1);
-        let half = 1u128 << (shift - 1);
-        if rem > half || (rem == half && kept & 1 == 1) {
-            kept + 1
-        } else {
-            kept
+    // The same rounding in 64-bit words when the magnitude fits one (every datapath output of a
+    // realistic value: 64-bit shifts and counts are several times cheaper than 128-bit ones).
+    if let Ok(m) = u64::try_from(mag) {
+        if let Some(bits) = round_mag_u64(m, lsb_exp, fmt) {
+            return sign | bits;
+        }
+    }
+    sign | round_mag_u128(mag, lsb_exp, fmt).expect("a 128-bit magnitude always rounds")
+}
+
+/// The rounding of a nonzero magnitude `mag * 2^lsb_exp` (`round_fixed` without the sign), in the integer
+/// type `$t` of `$bits` bits; `None` when the step to round at is `2^$bits` or coarser (a wider type
+/// decides it; the widest returns 0: the value is below half of the step).
+macro_rules! round_mag {
+    ($name:ident, $t:ty, $bits:expr, $coarse:expr) => {
+        #[inline(always)]
+        fn $name(mag: $t, lsb_exp: i32, fmt: &FloatFormat) -> Option<u64> {
+            let p = fmt.precision as i32;
+            let msb = $bits - 1 - mag.leading_zeros() as i32;
+            let lead_exp = msb + lsb_exp;
+            // Exponent of the last kept bit: normal numbers keep `p` bits, subnormals stop at emin - (p - 1).
+            let mut q = lead_exp.max(fmt.emin) - (p - 1);
+            let shift = q - lsb_exp;
+            let mut m: $t = if shift <= 0 {
+                // mag < 2^(msb + 1) and -shift <= p - 1 - msb: the result is below 2^p
+                mag << -shift
+            } else if shift >= $bits {
+                return $coarse;
+            } else {
+                let kept = mag >> shift;
+                let rem = mag & ((1 << shift) - 1);
+                let half: $t = 1 << (shift - 1);
+                if rem > half || (rem == half && kept & 1 == 1) {
+                    kept + 1
+                } else {
+                    kept
+                }
+            };
+            if m == 1 << p {
+                m >>= 1;
+                q += 1;
+            }
+            let hidden: $t = 1 << (p - 1);
+            let exp_field = if m >= hidden { q + (p - 1) + fmt.bias } else { 0 };
+            if m >= hidden && q + (p - 1) > fmt.emax {
+                let inf = ((1u64 << (fmt.width - 1 - (p as u32 - 1))) - 1) << (p - 1);
+                return Some(inf);
+            }
+            Some((exp_field as u64) << (p - 1) | (m & (hidden - 1)) as u64)
         }
     };
-    if m == 1u128 << p {
-        m >>= 1;
-        q += 1;
-    }
-    let hidden = 1u128 << (p - 1);
-    let exp_field = if m >= hidden { q + (p - 1) + fmt.bias } else { 0 };
-    if m >= hidden && q + (p - 1) > fmt.emax {
-        let inf = ((1u64 << (fmt.width - 1 - (p as u32 - 1))) - 1) << (p - 1);
-        return sign | inf;
-    }
-    sign | (exp_field as u64) << (p - 1) | (m & (hidden - 1)) as u64
 }
+round_mag!(round_mag_u64, u64, 64, None);
+// mag <= 2^127 <= half of a step of 2^128 or coarser (a tie at 2^127 goes to the even 0)
+round_mag!(round_mag_u128, u128, 128, Some(0));
 
 #[cfg(test)]
 mod tests {
@@ -294,6 +318,36 @@ mod tests {
             assert_eq!(acc.to_f16(), nearest_f16(exact), "v={v}");
             assert_eq!(acc.to_f32().to_bits(), (exact as f32).to_bits(), "v={v}");
         }
+    }
+
+    /// The 64-bit rounding equals the 128-bit one wherever it answers: every magnitude below 2^64 (ties
+    /// and halfway neighbours included), every scale from far below the subnormals to far above the
+    /// largest value, both formats.
+    #[test]
+    fn rounding_in_64_bits_equals_rounding_in_128_bits() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(64);
+        let mut answered = 0;
+        for i in 0..2_000_000u32 {
+            let bits: u32 = rng.gen_range(1..=64);
+            let mut m = rng.gen::<u64>() >> (64 - bits);
+            if i % 4 == 0 {
+                // a tie or its neighbours at a random bit
+                let k = rng.gen_range(0..bits);
+                m = (m >> k << k) | (1u64 << k.saturating_sub(1)) ^ u64::from(i % 8 == 0);
+            }
+            if m == 0 {
+                continue;
+            }
+            let lsb_exp = rng.gen_range(-220..120);
+            for fmt in [&F16_FORMAT, &F32_FORMAT] {
+                let want = round_mag_u128(u128::from(m), lsb_exp, fmt).unwrap();
+                if let Some(got) = round_mag_u64(m, lsb_exp, fmt) {
+                    assert_eq!(got, want, "m={m:#x} lsb_exp={lsb_exp} precision {}", fmt.precision);
+                    answered += 1;
+                }
+            }
+        }
+        assert!(answered > 3_000_000, "{answered}");
     }
 
     #[test]

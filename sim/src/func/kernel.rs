@@ -212,12 +212,92 @@ mod avx2 {
     /// path, as does the tail.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn accumulate_row(fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32], acc: &mut WideAcc) {
+        let bb = fmt.block_bytes();
+        let p = row.as_ptr();
+        accumulate_row_with(fmt, row, acts, sq, acc, |b, at| scales4(p.add(b * bb), bb, at))
+    }
+
+    /// [`accumulate_row`] with the scales of a row decoded once for every token ([`RowPrep`]).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn accumulate_row_prepped(prep: &RowPrep, row: &[u8], acts: &AlignedActs, sq: &[i32], acc: &mut WideAcc) {
+        assert!(prep.scales.len() == 2 * (acts.blocks() / 4));
+        let sc = prep.scales.as_ptr();
+        let load = |v: &[i64; 4]| _mm256_loadu_si256(v.as_ptr() as *const __m256i);
+        accumulate_row_with(prep.fmt, row, acts, sq, acc, |b, at| {
+            // group b / 4, `d` (at 0) or `m` (at 2)
+            let s = &*sc.add(2 * (b / 4) + at / 2);
+            (load(&s.sig), load(&s.exp), load(&s.nonfinite))
+        })
+    }
+
+    /// Four blocks' decoded scales, as [`scales4`] gives them.
+    #[derive(Clone, Copy, Default)]
+    pub(super) struct Scales4 {
+        sig: [i64; 4],
+        exp: [i64; 4],
+        nonfinite: [i64; 4],
+    }
+
+    /// A weight row prepared once for every token of a `matmul` (prefill): each whole group of four blocks'
+    /// scales decoded ([`scales4`], `d` then `m` of W4Min; W4 and W8 leave `m` unused) and each block's
+    /// integers unpacked to i16 (what [`block_vec`] unpacks).
+    pub(super) struct RowPrep {
+        fmt: WeightFormat,
+        scales: Vec<Scales4>,
+        q: Vec<[i16; 32]>,
+    }
+
+    impl RowPrep {
+        pub fn new(fmt: WeightFormat) -> Self {
+            RowPrep { fmt, scales: Vec::new(), q: Vec::new() }
+        }
+
+        /// Prepares `row` (whole blocks of the format).
+        #[target_feature(enable = "avx2")]
+        pub unsafe fn fill(&mut self, row: &[u8]) {
+            let (fmt, bb) = (self.fmt, self.fmt.block_bytes());
+            let nb = row.len() / bb;
+            let p = row.as_ptr();
+            self.scales.clear();
+            for g in 0..nb / 4 {
+                for at in [0, 2] {
+                    let mut s = Scales4::default();
+                    if at == 0 || fmt == WeightFormat::W4Min {
+                        let (sig, exp, nf) = scales4(p.add(4 * g * bb), bb, at);
+                        _mm256_storeu_si256(s.sig.as_mut_ptr() as *mut __m256i, sig);
+                        _mm256_storeu_si256(s.exp.as_mut_ptr() as *mut __m256i, exp);
+                        _mm256_storeu_si256(s.nonfinite.as_mut_ptr() as *mut __m256i, nf);
+                    }
+                    self.scales.push(s);
+                }
+            }
+            self.q.resize(nb, [0; 32]);
+            let qs = p.add(qs_offset(fmt));
+            for (b, q) in self.q.iter_mut().enumerate() {
+                let (q0, q1) = block_weights(fmt, qs.add(b * bb));
+                _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, q0);
+                _mm256_storeu_si256(q.as_mut_ptr().add(16) as *mut __m256i, q1);
+            }
+        }
+    }
+
+    /// The epilogue of [`accumulate_row`], its scales from `scales(b, at)` (blocks `b..b + 4`, `d` at 0
+    /// or `m` at 2: what [`scales4`] gives).
+    #[inline(always)]
+    unsafe fn accumulate_row_with(
+        fmt: WeightFormat,
+        row: &[u8],
+        acts: &AlignedActs,
+        sq: &[i32],
+        acc: &mut WideAcc,
+        scales: impl Fn(usize, usize) -> (__m256i, __m256i, __m256i),
+    ) {
         const GROUPS_PER_FOLD: u32 = 32;
         let bb = fmt.block_bytes();
         let nb = acts.blocks();
         assert!(row.len() == nb * bb && sq.len() >= nb && acts.scale_exp.len() == nb && acts.sum.len() == nb);
         let mut sum = TermSum::new(*acc);
-        let (p, x, sa) = (row.as_ptr(), acts.scale_exp.as_ptr(), acts.sum.as_ptr());
+        let (x, sa) = (acts.scale_exp.as_ptr(), acts.sum.as_ptr());
         let seven = _mm256_set1_epi64x(7);
         let fifteen = _mm256_set1_epi64x(15);
         let mut lanes = _mm256_setzero_si256();
@@ -225,7 +305,7 @@ mod avx2 {
         let mut groups = 0;
         let mut b = 0;
         while b + 4 <= nb {
-            let (d_sig, d_exp, d_nf) = scales4(p.add(b * bb), bb, 0);
+            let (d_sig, d_exp, d_nf) = scales(b, 0);
             let xs = _mm256_cvtepi32_epi64(_mm_loadu_si128(x.add(b) as *const __m128i));
             let sqs = _mm256_cvtepi32_epi64(_mm_loadu_si128(sq.as_ptr().add(b) as *const __m128i));
             // grid shift: (exponent - 25 + X) + 32
@@ -233,7 +313,7 @@ mod avx2 {
             let mut bad = _mm256_or_si256(d_nf, _mm256_cmpgt_epi64(d_sh, fifteen));
             let mut t = floor_shift(_mm256_mul_epi32(d_sig, sqs), d_sh);
             if fmt == WeightFormat::W4Min {
-                let (m_sig, m_exp, m_nf) = scales4(p.add(b * bb), bb, 2);
+                let (m_sig, m_exp, m_nf) = scales(b, 2);
                 let m_sh = _mm256_add_epi64(_mm256_add_epi64(m_exp, xs), seven);
                 bad = _mm256_or_si256(bad, _mm256_or_si256(m_nf, _mm256_cmpgt_epi64(m_sh, fifteen)));
                 // |S_a| < 2^21: its low 32 bits are the value
@@ -272,9 +352,28 @@ mod avx2 {
     /// The 8 i32 partial sums (pairs of products) of one block; their total is `S_q`.
     #[inline(always)]
     unsafe fn block_vec(fmt: WeightFormat, qs: *const u8, a: *const i16) -> __m256i {
+        let (q0, q1) = block_weights(fmt, qs);
+        products(q0, q1, a)
+    }
+
+    /// [`block_vec`] of a block unpacked by [`RowPrep::fill`].
+    #[inline(always)]
+    unsafe fn block_vec_unpacked(q: &[i16; 32], a: *const i16) -> __m256i {
+        products(_mm256_loadu_si256(q.as_ptr() as *const __m256i), _mm256_loadu_si256(q.as_ptr().add(16) as *const __m256i), a)
+    }
+
+    /// i16 x i16 products summed in pairs: exact in i32 (|a| <= 32752, |q| <= 128).
+    #[inline(always)]
+    unsafe fn products(q0: __m256i, q1: __m256i, a: *const i16) -> __m256i {
         let a0 = _mm256_loadu_si256(a as *const __m256i);
         let a1 = _mm256_loadu_si256(a.add(16) as *const __m256i);
-        let (q0, q1) = match fmt {
+        _mm256_add_epi32(_mm256_madd_epi16(q0, a0), _mm256_madd_epi16(q1, a1))
+    }
+
+    /// A block's 32 integers as i16, weights 0..16 and 16..32.
+    #[inline(always)]
+    unsafe fn block_weights(fmt: WeightFormat, qs: *const u8) -> (__m256i, __m256i) {
+        match fmt {
             WeightFormat::W8 => (
                 _mm256_cvtepi8_epi16(_mm_loadu_si128(qs as *const __m128i)),
                 _mm256_cvtepi8_epi16(_mm_loadu_si128(qs.add(16) as *const __m128i)),
@@ -292,9 +391,7 @@ mod avx2 {
                     (lo, hi)
                 }
             }
-        };
-        // i16 x i16 products summed in pairs: exact in i32 (|a| <= 32752, |q| <= 128).
-        _mm256_add_epi32(_mm256_madd_epi16(q0, a0), _mm256_madd_epi16(q1, a1))
+        }
     }
 
     /// The totals of 8 vectors, in order.
@@ -315,12 +412,26 @@ mod avx2 {
     pub(super) unsafe fn row_sums(fmt: WeightFormat, row: &[u8], acts: &[[i16; BLOCK]], sq: &mut [i32]) {
         let bb = fmt.block_bytes();
         let qs = row.as_ptr().add(qs_offset(fmt));
+        row_sums_with(acts, sq, |b, a| block_vec(fmt, qs.add(b * bb), a))
+    }
+
+    /// [`row_sums`] of a row unpacked by [`RowPrep::fill`].
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn row_sums_prepped(prep: &RowPrep, acts: &[[i16; BLOCK]], sq: &mut [i32]) {
+        assert!(prep.q.len() == acts.len());
+        let q = prep.q.as_ptr();
+        row_sums_with(acts, sq, |b, a| block_vec_unpacked(&*q.add(b), a))
+    }
+
+    #[inline(always)]
+    unsafe fn row_sums_with(acts: &[[i16; BLOCK]], sq: &mut [i32], block: impl Fn(usize, *const i16) -> __m256i) {
         let nb = acts.len();
+        assert!(sq.len() >= nb);
         let mut b = 0;
         while b + 8 <= nb {
             let mut v = [_mm256_setzero_si256(); 8];
             for (k, vk) in v.iter_mut().enumerate() {
-                *vk = block_vec(fmt, qs.add((b + k) * bb), acts[b + k].as_ptr());
+                *vk = block(b + k, acts[b + k].as_ptr());
             }
             _mm256_storeu_si256(sq.as_mut_ptr().add(b) as *mut __m256i, hsum8(&v));
             b += 8;
@@ -328,7 +439,7 @@ mod avx2 {
         if b < nb {
             let mut v = [_mm256_setzero_si256(); 8];
             for (k, vk) in v.iter_mut().enumerate().take(nb - b) {
-                *vk = block_vec(fmt, qs.add((b + k) * bb), acts[b + k].as_ptr());
+                *vk = block(b + k, acts[b + k].as_ptr());
             }
             let mut out = [0i32; 8];
             _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, hsum8(&v));
@@ -424,7 +535,43 @@ impl Kernel {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 unsafe fn rows_avx2(job: &MatmulJob, first: usize, out: &mut [u32]) {
-    rows_impl(Simd::Avx2, job, first, out)
+    if job.raw.len() > 1 && job.fmt != WeightFormat::F16 {
+        rows_avx2_prepped(job, first, out)
+    } else {
+        rows_impl(Simd::Avx2, job, first, out)
+    }
+}
+
+/// [`rows_impl`] for several tokens (prefill) with AVX2: each row's integers unpacked and its scales
+/// decoded once for all the tokens (`avx2::RowPrep`), the same sums and epilogue per token.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
+unsafe fn rows_avx2_prepped(job: &MatmulJob, first: usize, out: &mut [u32]) {
+    let ntok = job.raw.len();
+    let mut sq = vec![0i32; job.acts.first().map_or(0, AlignedActs::blocks)];
+    let mut prep = avx2::RowPrep::new(job.fmt);
+    for (i, o) in out.chunks_exact_mut(ntok).enumerate() {
+        let r = first + i;
+        let row = &job.weights[r * job.row_bytes..(r + 1) * job.row_bytes];
+        prefetch(job.weights, (r + PREFETCH_ROWS) * job.row_bytes, job.row_bytes);
+        prep.fill(row);
+        for (t, o) in o.iter_mut().enumerate() {
+            let mut acc = job.init.map_or(WideAcc::ZERO, |init| init[r * ntok + t]);
+            let a = &job.acts[t];
+            avx2::row_sums_prepped(&prep, &a.mant, &mut sq);
+            avx2::accumulate_row_prepped(&prep, row, a, &sq, &mut acc);
+            *o = store_bits(job.out, &acc);
+        }
+    }
+}
+
+/// The stored bits of an output (FP16 in the low half, or FP32).
+#[inline(always)]
+fn store_bits(out: DType, acc: &WideAcc) -> u32 {
+    match out {
+        DType::F16 => u32::from(acc.to_f16()),
+        DType::F32 => acc.to_f32().to_bits(),
+    }
 }
 
 /// Rows ahead whose weights are requested from memory while a row is computed (the stream is sequential,
@@ -467,10 +614,7 @@ fn rows_impl(simd: Simd, job: &MatmulJob, first: usize, out: &mut [u32]) {
                 simd.row_sums(job.fmt, row, a, &mut sq);
                 simd.accumulate_row(&mut acc, job.fmt, row, a, &sq);
             }
-            *o = match job.out {
-                DType::F16 => u32::from(acc.to_f16()),
-                DType::F32 => acc.to_f32().to_bits(),
-            };
+            *o = store_bits(job.out, &acc);
         }
     }
 }
@@ -574,13 +718,14 @@ mod tests {
     }
 
     /// The whole kernel (rows, tokens, residual start, rounding, threads) on the portable path equals the
-    /// detected one: what a CPU without AVX2 computes.
+    /// detected one: what a CPU without AVX2 computes. Several tokens take the prepared-row path (each
+    /// row unpacked and its scales decoded once); one token the other.
     #[test]
     fn portable_kernel_equals_detected_kernel() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(12);
         for fmt in [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8] {
-            for out in [DType::F16, DType::F32] {
-                let (rows, nb, ntok) = (21, 5, 2);
+            for (out, (nb, ntok)) in [DType::F16, DType::F32].into_iter().flat_map(|o| [(5, 2), (1, 3), (8, 1), (18, 4), (130, 3)].map(|c| (o, c))) {
+                let rows = 21;
                 let raw: Vec<Vec<u16>> =
                     (0..ntok).map(|_| (0..nb).flat_map(|_| random_acts(&mut rng)).collect()).collect();
                 let acts: Vec<AlignedActs> = raw.iter().map(|x| AlignedActs::new(x, 16)).collect();
