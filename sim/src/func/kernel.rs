@@ -21,8 +21,7 @@ use opu_hw::numerics::align::{align_vector, AlignedBlock};
 use opu_hw::numerics::dot::accumulate_row;
 use opu_hw::numerics::vector::DType;
 use opu_hw::numerics::{WeightFormat, WideAcc, BLOCK};
-use rayon::prelude::*;
-
+use super::threads::Threads;
 use opu_hw::numerics::acc::TermSum;
 use opu_hw::numerics::dot::accumulate_block_sums;
 
@@ -452,7 +451,7 @@ mod avx2 {
 pub(crate) struct Kernel {
     pub simd: Simd,
     threads: usize,
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<std::sync::Arc<Threads>>,
 }
 
 /// One `matmul`'s operands.
@@ -487,24 +486,21 @@ impl Kernel {
             return;
         }
         self.threads = n;
-        self.pool = (n > 1).then(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(|i| format!("opu-sim-{i}"))
-                .build()
-                .expect("build the simulator's thread pool")
-        });
+        self.pool = (n > 1).then(|| std::sync::Arc::new(Threads::new(n)));
+    }
+
+    /// The threads, when there is more than one.
+    pub fn pool(&self) -> Option<std::sync::Arc<Threads>> {
+        self.pool.clone()
     }
 
     /// Calls `f(first, chunk)` for consecutive chunks of `data` (`first` = the index of the chunk's first
-    /// element): in parallel on the pool when there is one, in order on this thread otherwise.
+    /// element): spread over the threads when there are several, in order on this thread otherwise.
     pub fn for_each_chunk<T: Send>(&self, data: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
         let chunk = chunk.max(1);
         match &self.pool {
-            Some(pool) if data.len() > chunk => {
-                pool.install(|| data.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c)));
-            }
-            _ => data.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c)),
+            Some(threads) => threads.for_each_chunk(data, chunk, f),
+            None => data.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c)),
         }
     }
 

@@ -20,6 +20,7 @@ mod mmio;
 mod program;
 mod score;
 mod stats;
+mod threads;
 
 use std::time::Duration;
 
@@ -175,7 +176,14 @@ impl FuncSim {
             t.clear();
         }
         self.program.load(&self.machine.mem, self.regs.prog_base, self.regs.prog_len);
-        match self.execute_program() {
+        // The whole program runs on a worker of the pool (when there is one): each parallel matmul or
+        // attention then starts from the thread that runs the program, which takes its share of the work,
+        // instead of waking the pool from outside and sleeping until it is done.
+        let result = match self.machine.kernel.pool() {
+            Some(pool) => pool.install(|| self.execute_program()),
+            None => self.execute_program(),
+        };
+        match result {
             Ok(()) => {
                 self.regs.status = status::DONE;
                 self.regs.irq_status |= irq::DONE;
