@@ -24,6 +24,8 @@ use super::kernel::Simd;
 
 /// 2^32: the accumulator's grid.
 const GRID: f64 = 4_294_967_296.0;
+/// 2^-32.
+const INV_GRID: f64 = 1.0 / GRID;
 /// The fast path's bound on `max |k_j| x sum |q_j 2^32|` (see the module's comment).
 const FAST_BOUND: f64 = 2_251_799_813_685_248.0; // 2^51
 
@@ -103,16 +105,73 @@ pub(crate) fn score_row(simd: Simd, q: &Query, kw: &KRow, k: &[u16], scale: f32)
         #[cfg(target_arch = "x86_64")]
         Simd::Avx2 => unsafe { avx2::sum(&q.scaled, &kw.x) },
     };
-    debug_assert!(sum.is_finite());
-    scale_score(((sum + 0.0) / GRID) as f32, scale)
+    from_sum(sum, scale)
 }
 
-/// [`score_row`] of one query.
+/// The scores of K row `k` (FP16 bits) against every query head of its group, into `out` (one per query):
+/// what [`score_row`] gives each; `limit`: the smallest [`Query::limit`] of the group; `kw`: room for the
+/// widened row (the portable path's). With AVX2 the row is widened in registers and scored against up to
+/// four heads in the same pass over it.
+pub(crate) fn score_group(simd: Simd, qs: &[Query], limit: f32, k: &[u16], scale: f32, kw: &mut KRow, out: &mut [f32]) {
+    assert!(out.len() == qs.len() && qs.iter().all(|q| q.len() == k.len()), "one score per query, q and k of one length");
+    match simd {
+        Simd::Portable => {
+            kw.fill(simd, k, limit);
+            for (o, q) in out.iter_mut().zip(qs) {
+                *o = score_row(simd, q, kw, k, scale);
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => {
+            for (qc, oc) in qs.chunks(4).zip(out.chunks_mut(4)) {
+                // SAFETY: AVX2 and F16C are present (detected); the lengths are equal (asserted).
+                unsafe {
+                    match qc.len() {
+                        1 => avx2_group::<1>(qc, limit, k, scale, oc),
+                        2 => avx2_group::<2>(qc, limit, k, scale, oc),
+                        3 => avx2_group::<3>(qc, limit, k, scale, oc),
+                        _ => avx2_group::<4>(qc, limit, k, scale, oc),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`score_group`] of `N` queries with AVX2; opu-hw's path for all of them when a query or `k` is outside
+/// the fast path's bound.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn avx2_group<const N: usize>(qs: &[Query], limit: f32, k: &[u16], scale: f32, out: &mut [f32]) {
+    let scaled: [&[f64]; N] = std::array::from_fn(|h| qs[h].scaled.as_slice());
+    match avx2::sums::<N>(&scaled, k, limit) {
+        Some(sums) => {
+            for (o, sum) in out.iter_mut().zip(sums) {
+                *o = from_sum(sum, scale);
+            }
+        }
+        None => {
+            for (o, q) in out.iter_mut().zip(qs) {
+                *o = slow(q, k, scale);
+            }
+        }
+    }
+}
+
+/// The score of the exact sum `S` (`S 2^-32` the dot product): rounded to FP32 once (`+ 0`: a -0 sum is
+/// the +0 of `round_fixed`; `x 2^-32` is exact, the value's magnitude being 0 or at least 2^-32), scaled.
+#[inline(always)]
+fn from_sum(sum: f64, scale: f32) -> f32 {
+    debug_assert!(sum.is_finite());
+    scale_score(((sum + 0.0) * INV_GRID) as f32, scale)
+}
+
+/// [`score_group`] of one query.
 #[cfg(test)]
 pub(crate) fn score(simd: Simd, q: &Query, k: &[u16], scale: f32) -> f32 {
-    let mut kw = KRow::default();
-    kw.fill(simd, k, q.limit());
-    score_row(simd, q, &kw, k, scale)
+    let mut out = [0f32];
+    score_group(simd, std::slice::from_ref(q), q.limit(), k, scale, &mut KRow::default(), &mut out);
+    out[0]
 }
 
 /// opu-hw's score, for vectors outside the fast path.
@@ -159,6 +218,55 @@ mod avx2 {
             fast &= super::widen_portable(&k[j..], &mut x[j..], limit);
         }
         fast
+    }
+
+    /// `sum_j floor(q_hj k_j)` for each of `N` queries `q_h` (`q_j 2^32`, [`super::Query`]) against the FP16
+    /// row `k`, widened eight elements at a time in registers; `None` unless every `|k_j| < limit` (a NaN
+    /// fails). Exact under the bound, so in any order (see the module's comment).
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn sums<const N: usize>(qs: &[&[f64]; N], k: &[u16], limit: f32) -> Option<[f64; N]> {
+        let n = k.len();
+        assert!(qs.iter().all(|q| q.len() == n));
+        let kp = k.as_ptr();
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        let lim = _mm256_set1_ps(limit);
+        let mut slow = _mm256_setzero_ps();
+        let mut acc0 = [_mm256_setzero_pd(); N];
+        let mut acc1 = [_mm256_setzero_pd(); N];
+        let mut j = 0;
+        while j + 8 <= n {
+            let kf = _mm256_cvtph_ps(_mm_loadu_si128(kp.add(j) as *const __m128i));
+            // not below the limit, NaN included (unordered)
+            slow = _mm256_or_ps(slow, _mm256_cmp_ps(_mm256_and_ps(kf, abs_mask), lim, _CMP_NLT_UQ));
+            let k0 = _mm256_cvtps_pd(_mm256_castps256_ps128(kf));
+            let k1 = _mm256_cvtps_pd(_mm256_extractf128_ps(kf, 1));
+            for h in 0..N {
+                let q = qs[h].as_ptr().add(j);
+                acc0[h] = _mm256_add_pd(acc0[h], _mm256_floor_pd(_mm256_mul_pd(_mm256_loadu_pd(q), k0)));
+                acc1[h] = _mm256_add_pd(acc1[h], _mm256_floor_pd(_mm256_mul_pd(_mm256_loadu_pd(q.add(4)), k1)));
+            }
+            j += 8;
+        }
+        if _mm256_movemask_ps(slow) != 0 {
+            return None;
+        }
+        let mut out = [0f64; N];
+        for h in 0..N {
+            let mut l = [0f64; 4];
+            _mm256_storeu_pd(l.as_mut_ptr(), _mm256_add_pd(acc0[h], acc1[h]));
+            out[h] = (l[0] + l[1]) + (l[2] + l[3]);
+        }
+        // the tail (head dims are multiples of 16: none in practice)
+        for i in j..n {
+            let v = opu_hw::numerics::fp16::f16_to_f32(k[i]);
+            if !(v.abs() < limit) {
+                return None;
+            }
+            for h in 0..N {
+                out[h] += (qs[h][i] * f64::from(v)).floor();
+            }
+        }
+        Some(out)
     }
 
 /// `sum_j floor(a_j b_j)` in four f64 lanes (exact under the caller's bound, so in any order).
@@ -227,6 +335,29 @@ mod tests {
         }
         // both paths were taken
         assert!(slow > n / 20 && slow < n - n / 20, "{slow} of {n} on the slow path");
+    }
+
+    /// Groups of 1 to 9 query heads against one K row (chunks of four, the tails of one to three, a
+    /// query outside the bound sending its chunk to the slow path): each score is opu-hw's.
+    #[test]
+    fn group_scores_equal_opu_hw() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x6A0);
+        for i in 0..3_000 {
+            let hd = [16, 64, 24][i % 3];
+            let heads = 1 + i % 9;
+            let qs_bits: Vec<Vec<u16>> = (0..heads).map(|h| (0..hd).map(|_| value(&mut rng, (i + h) % 11 == 0)).collect()).collect();
+            let k: Vec<u16> = (0..hd).map(|_| value(&mut rng, i % 4 == 0)).collect();
+            let qs: Vec<Query> = qs_bits.iter().map(|q| Query::new(q)).collect();
+            let limit = qs.iter().map(Query::limit).fold(f32::INFINITY, f32::min);
+            for simd in [Simd::detect(), Simd::Portable] {
+                let mut out = vec![f32::NAN; heads];
+                score_group(simd, &qs, limit, &k, 0.125, &mut KRow::default(), &mut out);
+                for (h, q) in qs_bits.iter().enumerate() {
+                    let want = attention_score(q, &k, 0.125);
+                    assert_eq!(out[h].to_bits(), want.to_bits(), "{simd:?} group {i} of {heads}, head {h}");
+                }
+            }
+        }
     }
 
     /// Around the fast path's bound: the largest significands, one sign (and alternating signs), the

@@ -11,7 +11,7 @@ use opu_hw::regs::ErrorCode;
 
 use crate::func::machine::{line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
 use crate::func::kernel::Simd;
-use crate::func::score::{score_row, KRow, Query};
+use crate::func::score::{score_group, KRow, Query};
 
 /// Positions whose K and V are gathered (and scored in parallel) at a time: bounds the memory of an `attn`
 /// over any number of positions.
@@ -209,11 +209,7 @@ impl Machine {
             self.kernel.for_each_chunk(&mut scores, chunk, |at, out| {
                 let mut kw = KRow::default();
                 for (i, st) in out.chunks_exact_mut(group).enumerate() {
-                    let kt = k_of(rows[at / group + i]);
-                    kw.fill(simd, kt, limit);
-                    for (s, q) in st.iter_mut().zip(&queries) {
-                        *s = score_row(simd, q, &kw, kt, scale);
-                    }
+                    score_group(simd, &queries, limit, k_of(rows[at / group + i]), scale, &mut kw, st);
                 }
             });
             let v_of = |(in_history, at): (bool, usize)| if in_history { &hist_v[at..at + hd] } else { &vs[at..at + hd] };
