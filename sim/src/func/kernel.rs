@@ -174,9 +174,11 @@ mod avx2 {
 
     /// Four blocks' FP16 scales (`d` or `m`, at byte `at` of each block), decoded as `fp16::parts` does into
     /// i64 lanes: the signed significand, the exponent, and whether the exponent field is 31 (non-finite).
+    /// Only the first `n` blocks are read; the other lanes hold the scale +0 (significand 0, exponent 1,
+    /// finite), whose terms are 0.
     #[inline(always)]
-    unsafe fn scales4(row: *const u8, bb: usize, at: usize) -> (__m256i, __m256i, __m256i) {
-        let h = |k: usize| i64::from(u16::from_le_bytes([*row.add(k * bb + at), *row.add(k * bb + at + 1)]));
+    unsafe fn scales4(row: *const u8, bb: usize, at: usize, n: usize) -> (__m256i, __m256i, __m256i) {
+        let h = |k: usize| if k < n { i64::from(u16::from_le_bytes([*row.add(k * bb + at), *row.add(k * bb + at + 1)])) } else { 0 };
         let bits = _mm256_set_epi64x(h(3), h(2), h(1), h(0));
         let e = _mm256_and_si256(_mm256_srli_epi64(bits, 10), _mm256_set1_epi64x(31));
         let f = _mm256_and_si256(bits, _mm256_set1_epi64x(0x3FF));
@@ -207,22 +209,24 @@ mod avx2 {
     /// terms as `accumulate_block_sums` (each floored on its own), summed in another order (exact integer
     /// sums: the same bits). Per lane and group of four blocks at most two terms, `|d S_q| < 2^39` and
     /// `|m S_a| < 2^32` shifted by less than 16: `< 2^55`; 32 groups per fold keep a lane below `2^61`.
-    /// A group with a non-finite scale or a shift of 16 or more (large values only) goes through the scalar
-    /// path, as does the tail.
+    /// The last one to three blocks are a group of their own, its other lanes zero (terms of 0: the same
+    /// sum). A group with a non-finite scale or a shift of 16 or more (large values only) goes through the
+    /// scalar path.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn accumulate_row(fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32], acc: &mut WideAcc) {
         let bb = fmt.block_bytes();
         let p = row.as_ptr();
-        accumulate_row_with(fmt, row, acts, sq, acc, |b, at| scales4(p.add(b * bb), bb, at))
+        accumulate_row_with(fmt, row, acts, sq, acc, |b, at, n| scales4(p.add(b * bb), bb, at, n))
     }
 
     /// [`accumulate_row`] with the scales of a row decoded once for every token ([`RowPrep`]).
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn accumulate_row_prepped(prep: &RowPrep, row: &[u8], acts: &AlignedActs, sq: &[i32], acc: &mut WideAcc) {
-        assert!(prep.scales.len() == 2 * (acts.blocks() / 4));
+        assert!(prep.scales.len() == 2 * acts.blocks().div_ceil(4));
         let sc = prep.scales.as_ptr();
         let load = |v: &[i64; 4]| _mm256_loadu_si256(v.as_ptr() as *const __m256i);
-        accumulate_row_with(prep.fmt, row, acts, sq, acc, |b, at| {
+        // the last group's missing lanes were prepared as zero scales
+        accumulate_row_with(prep.fmt, row, acts, sq, acc, |b, at, _| {
             // group b / 4, `d` (at 0) or `m` (at 2)
             let s = &*sc.add(2 * (b / 4) + at / 2);
             (load(&s.sig), load(&s.exp), load(&s.nonfinite))
@@ -237,9 +241,10 @@ mod avx2 {
         nonfinite: [i64; 4],
     }
 
-    /// A weight row prepared once for every token of a `matmul` (prefill): each whole group of four blocks'
-    /// scales decoded ([`scales4`], `d` then `m` of W4Min; W4 and W8 leave `m` unused) and each block's
-    /// integers unpacked to i16 (what [`block_vec`] unpacks).
+    /// A weight row prepared once for every token of a `matmul` (prefill): each group of four blocks'
+    /// scales decoded ([`scales4`], `d` then `m` of W4Min; W4 and W8 leave `m` unused; the last group's
+    /// missing blocks as zero scales) and each block's integers unpacked to i16 (what [`block_vec`]
+    /// unpacks).
     pub(super) struct RowPrep {
         fmt: WeightFormat,
         scales: Vec<Scales4>,
@@ -258,11 +263,11 @@ mod avx2 {
             let nb = row.len() / bb;
             let p = row.as_ptr();
             self.scales.clear();
-            for g in 0..nb / 4 {
+            for g in 0..nb.div_ceil(4) {
                 for at in [0, 2] {
                     let mut s = Scales4::default();
                     if at == 0 || fmt == WeightFormat::W4Min {
-                        let (sig, exp, nf) = scales4(p.add(4 * g * bb), bb, at);
+                        let (sig, exp, nf) = scales4(p.add(4 * g * bb), bb, at, (nb - 4 * g).min(4));
                         _mm256_storeu_si256(s.sig.as_mut_ptr() as *mut __m256i, sig);
                         _mm256_storeu_si256(s.exp.as_mut_ptr() as *mut __m256i, exp);
                         _mm256_storeu_si256(s.nonfinite.as_mut_ptr() as *mut __m256i, nf);
@@ -280,16 +285,17 @@ mod avx2 {
         }
     }
 
-    /// The epilogue of [`accumulate_row`], its scales from `scales(b, at)` (blocks `b..b + 4`, `d` at 0
-    /// or `m` at 2: what [`scales4`] gives).
-    #[inline(always)]
+    /// The epilogue of [`accumulate_row`], its scales from `scales(b, at, n)` (the `n` blocks from `b`, `d`
+    /// at 0 or `m` at 2: what [`scales4`] gives).
+    // (AVX2 here rather than `inline(always)`, so that the closures inside compile for it too)
+    #[target_feature(enable = "avx2")]
     unsafe fn accumulate_row_with(
         fmt: WeightFormat,
         row: &[u8],
         acts: &AlignedActs,
         sq: &[i32],
         acc: &mut WideAcc,
-        scales: impl Fn(usize, usize) -> (__m256i, __m256i, __m256i),
+        scales: impl Fn(usize, usize, usize) -> (__m256i, __m256i, __m256i),
     ) {
         const GROUPS_PER_FOLD: u32 = 32;
         let bb = fmt.block_bytes();
@@ -303,23 +309,29 @@ mod avx2 {
         let mut wide = 0i128;
         let mut groups = 0;
         let mut b = 0;
-        while b + 4 <= nb {
-            let (d_sig, d_exp, d_nf) = scales(b, 0);
-            let xs = _mm256_cvtepi32_epi64(_mm_loadu_si128(x.add(b) as *const __m128i));
-            let sqs = _mm256_cvtepi32_epi64(_mm_loadu_si128(sq.as_ptr().add(b) as *const __m128i));
+        // The terms of blocks b..b + n (their exponents X, S_q and S_a in i64 lanes), and whether a lane is
+        // outside the fast path.
+        let group = |b: usize, n: usize, xs: __m256i, sqs: __m256i, sas: __m256i| {
+            let (d_sig, d_exp, d_nf) = scales(b, 0, n);
             // grid shift: (exponent - 25 + X) + 32
             let d_sh = _mm256_add_epi64(_mm256_add_epi64(d_exp, xs), seven);
             let mut bad = _mm256_or_si256(d_nf, _mm256_cmpgt_epi64(d_sh, fifteen));
             let mut t = floor_shift(_mm256_mul_epi32(d_sig, sqs), d_sh);
             if fmt == WeightFormat::W4Min {
-                let (m_sig, m_exp, m_nf) = scales(b, 2);
+                let (m_sig, m_exp, m_nf) = scales(b, 2, n);
                 let m_sh = _mm256_add_epi64(_mm256_add_epi64(m_exp, xs), seven);
                 bad = _mm256_or_si256(bad, _mm256_or_si256(m_nf, _mm256_cmpgt_epi64(m_sh, fifteen)));
                 // |S_a| < 2^21: its low 32 bits are the value
-                let sas = _mm256_loadu_si256(sa.add(b) as *const __m256i);
                 t = _mm256_add_epi64(t, floor_shift(_mm256_mul_epi32(m_sig, sas), m_sh));
             }
-            if _mm256_movemask_epi8(bad) == 0 {
+            (t, _mm256_movemask_epi8(bad) == 0)
+        };
+        while b + 4 <= nb {
+            let xs = _mm256_cvtepi32_epi64(_mm_loadu_si128(x.add(b) as *const __m128i));
+            let sqs = _mm256_cvtepi32_epi64(_mm_loadu_si128(sq.as_ptr().add(b) as *const __m128i));
+            let sas = _mm256_loadu_si256(sa.add(b) as *const __m256i);
+            let (t, fast) = group(b, 4, xs, sqs, sas);
+            if fast {
                 lanes = _mm256_add_epi64(lanes, t);
                 groups += 1;
                 if groups == GROUPS_PER_FOLD {
@@ -332,7 +344,21 @@ mod avx2 {
             }
             b += 4;
         }
-        accumulate_blocks(&mut sum, fmt, row, acts, sq, b..nb);
+        if b < nb {
+            // the last 1 to 3 blocks, the other lanes zero (a group more: at most 32 since the last fold)
+            let n = nb - b;
+            let lane = |k: usize, v: &dyn Fn(usize) -> i64| if k < n { v(b + k) } else { 0 };
+            let pick = |v: &dyn Fn(usize) -> i64| _mm256_set_epi64x(lane(3, v), lane(2, v), lane(1, v), lane(0, v));
+            let xs = pick(&|i| i64::from(*x.add(i)));
+            let sqs = pick(&|i| i64::from(sq[i]));
+            let sas = pick(&|i| *sa.add(i));
+            let (t, fast) = group(b, n, xs, sqs, sas);
+            if fast {
+                lanes = _mm256_add_epi64(lanes, t);
+            } else {
+                accumulate_blocks(&mut sum, fmt, row, acts, sq, b..nb);
+            }
+        }
         let mut out = sum.finish();
         out.fixed += wide + fold(lanes);
         // the activation blocks' flags, which the scalar path ORs in block by block
