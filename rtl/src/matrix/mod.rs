@@ -16,7 +16,9 @@
 //!    scratchpad (two 32-byte reads), and the array takes the block in 2 steps (W4Min, W4: half 0, half 1)
 //!    or 4 (W8: row 0 halves, then row 1's), `clear` on the first block, `last` on the final one.
 //! 4. **Store**: when a token's rows are done the accumulators go to hold registers ([`dp`]) and the array
-//!    goes on with the next token, while the readout, 32 bytes of output at a time, reads the old output
+//!    goes on with the next token (and after a group's last token with the next group: the readout keeps
+//!    the group's rows and output offset from the capture), while the readout, 32 bytes of output at a
+//!    time, reads the old output
 //!    words (the `acc=1` start value, and the neighbours a partial word keeps), adds each start value onto
 //!    its accumulator (`WideAcc::add_f16` / `add_f32`: the sum is exact, so adding it last gives the same
 //!    bits as starting from it), rounds (`round`: `WideAcc::to_f16` / `to_f32`) and writes the words back.
@@ -67,7 +69,8 @@ pub enum MatrixState {
     XRead1,
     /// Compute: the block's steps into the array.
     Step,
-    /// Every token of the group computed; waiting for the readout.
+    /// Every token of the group computed; waiting for its last capture (and after the last group, for the
+    /// readout).
     GroupEnd,
     /// Flushed: waiting for the memory responses still in flight.
     Drain,
@@ -299,6 +302,10 @@ pub struct Matrix {
     obyte: DFF<Bits<32>>,
     /// Scratchpad byte of the current token's output row (the group's part of it starts at `gout`).
     otok_byte: DFF<Bits<32>>,
+    /// The readout's group (its rows and its first output byte), taken at the capture of each token: the
+    /// compute goes on with the next group while the readout stores the last one's tokens.
+    ro_grows: DFF<Bits<16>>,
+    ro_gout: DFF<Bits<32>>,
     olane: DFF<Bits<4>>,
     old: DFF<Bits<256>>,
     outc: DFF<Bits<256>>,
@@ -525,6 +532,8 @@ impl Matrix {
             ochunk_row: Default::default(),
             obyte: Default::default(),
             otok_byte: Default::default(),
+            ro_grows: Default::default(),
+            ro_gout: Default::default(),
             olane: Default::default(),
             old: Default::default(),
             outc: Default::default(),
@@ -645,7 +654,7 @@ impl Logic for Matrix {
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
             rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf, b_nb_0, b_nb_1, b_o0_0, b_o0_1, b_grows_0,
-            b_grows_1
+            b_grows_1, ro_grows, ro_gout
         );
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
@@ -759,8 +768,8 @@ impl Logic for Matrix {
         self.s_waddr.next = bit_cast::<SPM_WORD_BITS, 32>(self.sp_word.val());
         // a chunk write: the words holding a valid row
         self.cvalid.next = 0.into();
-        if self.ochunk_row.q.val() < self.grows.q.val() {
-            self.cvalid.next = self.grows.q.val() - self.ochunk_row.q.val();
+        if self.ochunk_row.q.val() < self.ro_grows.q.val() {
+            self.cvalid.next = self.ro_grows.q.val() - self.ochunk_row.q.val();
         }
         self.wwords.next = (self.cvalid.val() + 1) >> 1;
         if self.f32o.q.val() {
@@ -878,6 +887,8 @@ impl Logic for Matrix {
                 self.rows_left.d.next = self.rows.q.val();
                 self.gbyte.d.next = self.w_byte.val();
                 self.gout.d.next = 0.into();
+                self.otok.d.next = 0.into();
+                self.otok_byte.d.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
                 self.mac_count.d.next = bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(0) * self.cols.q.val())
                     + (bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(16) * self.cols.q.val()) << 16);
                 if self.w_byte.val() + self.w_len.val() > self.mem_bytes.val() {
@@ -913,8 +924,6 @@ impl Logic for Matrix {
                     }
                     self.tok.d.next = 0.into();
                     self.xtok.d.next = bit_cast::<32, 20>(self.src.q.val()) << 2;
-                    self.otok.d.next = 0.into();
-                    self.otok_byte.d.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
                     self.state.d.next = MatrixState::Token;
                 }
             }
@@ -986,10 +995,12 @@ impl Logic for Matrix {
                 }
             }
             MatrixState::GroupEnd => {
-                if (self.otok.q.val() == self.ntok.q.val())
-                    & (self.ostate.q.val() == OutState::Idle)
-                    & !self.rq1_v.q.val()
-                    & !self.rq2_v.q.val()
+                // once the group's last token is captured (the readout has taken `gout` and `grows`) the next
+                // group starts while the readout stores this one; after the last group the unit waits for the
+                // readout and the reductions
+                if !self.inflight.q.val()
+                    & ((self.rows_left.q.val() != self.grows.q.val())
+                        | ((self.ostate.q.val() == OutState::Idle) & !self.rq1_v.q.val() & !self.rq2_v.q.val()))
                 {
                     self.rows_left.d.next = self.rows_left.q.val() - self.grows.q.val();
                     self.gbyte.d.next = self.gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
@@ -1041,6 +1052,8 @@ impl Logic for Matrix {
                 if self.dp.cap.val() {
                     self.ochunk_row.d.next = 0.into();
                     self.obyte.d.next = self.otok_byte.q.val() + self.gout.q.val();
+                    self.ro_grows.d.next = self.grows.q.val();
+                    self.ro_gout.d.next = self.gout.q.val();
                     self.ostate.d.next = OutState::Read;
                 }
             }
@@ -1070,10 +1083,15 @@ impl Logic for Matrix {
                 self.obyte.d.next = self.obyte.q.val() + 32;
                 self.ochunk_row.d.next = self.next_crow.val();
                 self.ostate.d.next = OutState::Read;
-                if self.next_crow.val() >= self.grows.q.val() {
-                    // the token's rows of this group are stored
+                if self.next_crow.val() >= self.ro_grows.q.val() {
+                    // the token's rows of this group are stored; after the group's last token the next
+                    // group's first
                     self.otok.d.next = self.otok.q.val() + 1;
                     self.otok_byte.d.next = self.otok_byte.q.val() + self.dst_pitch.q.val();
+                    if self.otok.q.val() + 1 == self.ntok.q.val() {
+                        self.otok.d.next = 0.into();
+                        self.otok_byte.d.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
+                    }
                     self.ostate.d.next = OutState::Idle;
                 }
             }
@@ -1126,7 +1144,7 @@ impl Logic for Matrix {
             self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) | (bit_cast::<256, 64>(self.ones32.val()) << 32);
         }
         // a group of odd rows: the last lane's row 1 does not exist, its half of the word keeps the old bytes
-        self.row1_ok.next = self.ochunk_row.q.val() + (bit_cast::<16, 4>(self.p4_j.q.val()) << 1) + 1 < self.grows.q.val();
+        self.row1_ok.next = self.ochunk_row.q.val() + (bit_cast::<16, 4>(self.p4_j.q.val()) << 1) + 1 < self.ro_grows.q.val();
         if !self.row1_ok.val() {
             self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) >> 16;
             if self.f32o.q.val() {
@@ -1153,7 +1171,7 @@ impl Logic for Matrix {
         self.dp.sq_mask.next = bit_cast::<16, 17>((bits::<17>(1) << bit_cast::<17, 16>(self.sq_rows.val())) - 1);
         self.rq1_v.d.next = self.ro_write.val() & (self.redm.q.val() != 0);
         self.rq1_tok.d.next = self.otok.q.val().get_bits::<6>(0);
-        self.rq1_first.d.next = (self.redm.q.val() == 1) & (self.gout.q.val() == 0) & (self.ochunk_row.q.val() == 0);
+        self.rq1_first.d.next = (self.redm.q.val() == 1) & (self.ro_gout.q.val() == 0) & (self.ochunk_row.q.val() == 0);
         self.red_raddr.next = self.rq1_tok.q.val();
         self.rq2_v.d.next = self.rq1_v.q.val();
         self.rq2_tok.d.next = self.rq1_tok.q.val();

@@ -5,7 +5,8 @@
 //! - `matmul`: the matrix unit's loader and compute, group by group ([`CostModel::matmul`]): the loader
 //!   requests a row group's 64-byte beats one per cycle, runs ahead into the other half of the weight
 //!   buffer as soon as the compute has read it, and a group's compute starts when its last beat has
-//!   arrived (one memory latency later) and the previous group's outputs are stored. Exact on the RTL for
+//!   arrived (one memory latency later) and the previous group's last token is captured (its readout goes
+//!   on beside the next group's compute, whose first token's capture waits for it). Exact on the RTL for
 //!   the decode shapes measured (one token), within a few percent for several tokens;
 //! - vector instructions: the unit's fixed depth plus one cycle per operand line read, and for `rmsnorm`
 //!   the inverse root per row;
@@ -68,6 +69,9 @@ mod rtl {
     /// (plus the readout's cycles per chunk: a lane per cycle and its read, write and drain).
     pub const MATMUL_TAIL: u64 = 20;
     pub const MATMUL_CHUNK: u64 = 7;
+    /// After a group's last step, its last token's capture and the next group's start (which does not
+    /// wait for the readout).
+    pub const MATMUL_NEXT_GROUP: u64 = 15;
     /// A token after the first of a group loses this many cycles to the readout's scratchpad accesses.
     pub const MATMUL_TOKEN_CONFLICT: u64 = 7;
     /// The matrix unit's last cycles after the last group's outputs.
@@ -213,7 +217,9 @@ impl CostModel {
         let (mut req_free, mut compute) = (MATMUL_CHECK, 0);
         // the two halves' release cycles (the loader reuses a half once the compute has read it)
         let mut release = [0u64; 2];
-        let mut group_end = 0;
+        // when the next group's compute may start (its predecessor's last token captured), and when the
+        // readout has stored the last captured token
+        let (mut next_start, mut readout_end) = (0, 0);
         for g in 0..groups {
             let grows = group.min(rows - g * group);
             let o0 = (w_byte + g * group * row_bytes) % beat;
@@ -224,18 +230,18 @@ impl CostModel {
             req_free = last_req + 1;
             let ready = last_req + self.mem_latency + 1;
             let chunks = (grows * out_bytes).div_ceil(32);
-            let mut t = ready.max(group_end + 1);
-            let mut readout_end = 0;
+            let mut t = ready.max(next_start);
             for k in 0..ntok {
                 t += 3 + (nb - 1) * steps + if k > 0 { MATMUL_TOKEN_CONFLICT } else { 0 };
+                // the last step's capture waits for the hold registers
                 t = t.max(readout_end + 1) + steps;
                 readout_end = t + MATMUL_TAIL + chunks * (MATMUL_CHUNK + chunk_lanes);
             }
             release[(g % 2) as usize] = t;
-            group_end = readout_end;
+            next_start = t + MATMUL_NEXT_GROUP;
             compute += ntok * nb * steps;
         }
-        (group_end + MATMUL_FINISH, compute)
+        (readout_end + MATMUL_FINISH, compute)
     }
 }
 
