@@ -240,7 +240,9 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     if max_context == 0 {
         return Err(unsupported("--max-context must be at least 1".into()));
     }
-    let batch = config.max_batch as usize;
+    // The prefill pass takes as many tokens as the scratchpad holds, up to `max_batch` (a wide model's pass
+    // of 64 tokens may not fit: Llama-7B's at u280 takes 20).
+    let batch = (1..=config.max_batch as usize).rev().find(|&n| spm_buffers(&cfg, config, n).is_some()).unwrap_or(1);
     if let Some(r) = routers {
         if r.layers.len() != cfg.n_layer || r.hidden != e {
             return Err(unsupported(format!("routers for {} layers of hidden {}, the model has {} layers of hidden {e}", r.layers.len(), r.hidden, cfg.n_layer)));

@@ -70,6 +70,27 @@ fn sim_logits_are_bit_identical_across_runs_and_thread_counts() {
     assert_eq!(bits(&one), bits(&run(2)), "1 and 2 threads differ");
 }
 
+/// A scratchpad too small for a pass of `max_batch` tokens: the prefill pass takes as many as fit (the
+/// largest such number), and its logits are the bits of the full-batch program's.
+#[test]
+fn the_prefill_batch_is_what_the_scratchpad_holds() {
+    single_thread();
+    let g = tiny();
+    let full = OverlayConfig::sim();
+    let batch = |c: &OverlayConfig| opu_compiler::compile(&g, c, &CompileOptions::default()).map(|p| p.meta.entries[1].ntok);
+    assert_eq!(batch(&full).unwrap(), full.max_batch as usize);
+    // the largest power-of-two scratchpad too small for a full batch
+    let small = (10..20).rev().map(|k| OverlayConfig { scratchpad_bytes: 1 << k, ..full.clone() }).find(|c| batch(c).is_ok_and(|n| n < full.max_batch as usize)).unwrap();
+    let n = batch(&small).unwrap();
+    assert!(n >= 2 && n < full.max_batch as usize, "{} bytes: a batch of {n}", small.scratchpad_bytes);
+    let bigger = OverlayConfig { scratchpad_bytes: small.scratchpad_bytes * 2, ..full.clone() };
+    assert!(batch(&bigger).unwrap() > n, "twice the scratchpad takes more tokens");
+    let tokens: Vec<u32> = (0..2 * n as u32 + 3).map(|i| (i * 29 + 1) % 96).collect();
+    let run = |c: &OverlayConfig| SimBackend::open(&g, c, &CompileOptions::default(), 1).unwrap().forward(&tokens, true).unwrap();
+    let bits = |v: &Vec<Vec<f32>>| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&run(&small)), bits(&run(&full)), "a prefill of {n} tokens at a time changes the logits");
+}
+
 #[test]
 fn a_program_for_another_overlay_is_refused_by_the_device() {
     let g = tiny();

@@ -111,7 +111,9 @@ impl OverlayConfig {
             vector_lanes: 8,
             max_batch: 64,
             scratchpad_bytes: 4 << 20,
-            weight_fifo_bytes: 1 << 20,
+            // two groups of 256 rows of up to 8,128 bytes: Llama-7B's rows (4,096 and 11,008 columns of
+            // Q4_1) fit; 4 MiB of URAM
+            weight_fifo_bytes: 4 << 20,
             kv_history_slots: 4096,
             kv_history_width: 256,
             device_memory_bytes: 8 << 30,
@@ -292,8 +294,8 @@ impl OverlayConfig {
 
     /// The longest `matmul` row, bytes, that a row slot holds wherever in a line the row starts (a row of
     /// `32 (lines - 2)` bytes spans at most `lines` lines), and at most 65472 (the matrix unit's 16-bit row
-    /// length). A longer row traps `BAD_OPERAND`: 1984 bytes at both presets (W4Min up to 3174 columns, W8
-    /// up to 1867).
+    /// length). A longer row traps `BAD_OPERAND`: 1,984 bytes at `sim` (W4Min up to 3,168 columns, W8 up
+    /// to 1,856), 8,128 at `u280` (W4Min up to 12,992, W8 up to 7,648).
     pub fn max_matmul_row_bytes(&self) -> u32 {
         (32 * self.weight_row_lines().saturating_sub(2)).min(65472)
     }
