@@ -11,6 +11,10 @@ use crate::numerics::BLOCK;
 /// Largest number of tokens one `MATMUL` may carry (the width of the token field in the encoding).
 pub const MAX_BATCH_LIMIT: u32 = 64;
 
+/// Row groups the matrix unit's weight buffer can hold at once, where its rows are short enough
+/// ([`OverlayConfig::weight_groups_in_buffer`]): the size of the unit's table of loaded groups.
+pub const WEIGHT_GROUP_ENTRIES: u32 = 4;
+
 /// The hardware parameters of one overlay build.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -292,6 +296,28 @@ impl OverlayConfig {
         self.weight_fifo_bytes / (2 * 2 * self.pe_lanes * 32)
     }
 
+    /// Row-slot positions (32-byte lines) one row group of `row_bytes`-byte rows takes in the weight buffer,
+    /// which the matrix unit runs as a ring of `2 x weight_row_lines` positions per slot: the most lines a
+    /// row of that length touches wherever in a line it starts, rounded up to even (a group starts at an
+    /// even position, so a block that straddles two lines finds them in the two banks). At most
+    /// `weight_row_lines` for a row the buffer takes ([`OverlayConfig::max_matmul_row_bytes`]).
+    pub fn weight_group_lines(row_bytes: u32) -> u32 {
+        let lines = (row_bytes.max(1) + 30) / 32 + 1;
+        lines + (lines & 1)
+    }
+
+    /// Row groups of `row_bytes`-byte rows the weight buffer holds at once: as many as the ring has room
+    /// for, at most [`WEIGHT_GROUP_ENTRIES`] (the matrix unit's table of loaded groups); at least 2 for a row
+    /// the buffer takes. The loader streams group `g` once group `g - this` has been computed.
+    pub fn weight_groups_in_buffer(&self, row_bytes: u32) -> u32 {
+        Self::weight_groups_in_ring(self.weight_row_lines(), row_bytes)
+    }
+
+    /// [`OverlayConfig::weight_groups_in_buffer`] for row slots of `row_lines` lines.
+    pub fn weight_groups_in_ring(row_lines: u32, row_bytes: u32) -> u32 {
+        (2 * row_lines / Self::weight_group_lines(row_bytes)).clamp(1, WEIGHT_GROUP_ENTRIES)
+    }
+
     /// The longest `matmul` row, bytes, that a row slot holds wherever in a line the row starts (a row of
     /// `32 (lines - 2)` bytes spans at most `lines` lines), and at most 65472 (the matrix unit's 16-bit row
     /// length). A longer row traps `BAD_OPERAND`: 1,984 bytes at `sim` (W4Min up to 3,168 columns, W8 up
@@ -324,6 +350,31 @@ mod tests {
         let c = OverlayConfig::sim();
         assert_eq!(c.peak_bandwidth_bytes_per_s(), 14.4e9);
         assert_eq!(c.peak_bytes_per_cycle(), 64.0);
+    }
+
+    #[test]
+    fn weight_groups_fit_the_ring() {
+        for c in [OverlayConfig::sim(), OverlayConfig::u280()] {
+            let ring = 2 * c.weight_row_lines();
+            for rb in (2..=c.max_matmul_row_bytes()).step_by(2) {
+                let span = OverlayConfig::weight_group_lines(rb);
+                // every start byte in a line: the row's lines fit its span
+                for x in 0..32 {
+                    assert!((x + rb - 1) / 32 + 1 <= span, "{} rb {rb} x {x}", c.name);
+                }
+                assert!(span % 2 == 0 && span <= c.weight_row_lines(), "{} rb {rb}", c.name);
+                let k = c.weight_groups_in_buffer(rb);
+                assert!(k >= 2 && k * span <= ring && k <= WEIGHT_GROUP_ENTRIES, "{} rb {rb}", c.name);
+            }
+        }
+        // SmolLM2's rows at `sim` (64-line slots): 576 W4Min columns (360 bytes) 14 lines, 4 groups at once;
+        // 1,536 W4Min (960) 32 lines, 4; 576 W8 (612) 22 lines, 4; Llama-7B's at `u280` (256 lines): 4,096
+        // W4Min (2,560) 82 lines, 4; 11,008 W4Min (6,880) 216 lines, 2
+        let (s, u) = (OverlayConfig::sim(), OverlayConfig::u280());
+        assert_eq!([360, 960, 612].map(OverlayConfig::weight_group_lines), [14, 32, 22]);
+        assert_eq!([360, 960, 612].map(|rb| s.weight_groups_in_buffer(rb)), [4, 4, 4]);
+        assert_eq!([2560, 6880].map(OverlayConfig::weight_group_lines), [82, 216]);
+        assert_eq!([2560, 6880].map(|rb| u.weight_groups_in_buffer(rb)), [4, 2]);
     }
 
     #[test]

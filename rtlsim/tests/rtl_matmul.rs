@@ -14,6 +14,8 @@ use opu_rtl::testing::{act_block, weight_block, ActKind, Rng};
 /// Where the tests put the activations, the weights and the old outputs in device memory.
 const ACTS: u64 = 0x100;
 const WEIGHTS: u64 = 0x2000;
+/// Where the weights of the long cases go: past the compared window (they are only read).
+const WEIGHTS_FAR: u64 = 0x2_0000;
 const OLD: u64 = 0x8000;
 const OUT: u64 = 0xC000;
 /// RMSNorm's gains, and where its outputs go (the fused reduction's check).
@@ -35,18 +37,24 @@ struct Case {
     /// The weights' byte offset from WEIGHTS: 0, or 32 (an odd line: the group starts in the second line of
     /// the weight port's 64-byte beat).
     w_off: u64,
+    /// The weights at [`WEIGHTS_FAR`] instead of [`WEIGHTS`] (more than 16 KiB of them).
+    far: bool,
 }
 
 impl Case {
     fn row_bytes(&self) -> usize {
         self.fmt.row_bytes(self.cols as usize).unwrap()
     }
+    fn w_byte(&self) -> u64 {
+        if self.far { WEIGHTS_FAR + self.w_off } else { WEIGHTS + self.w_off }
+    }
     fn out_row(&self) -> u32 {
         (self.rows * if self.f32_out { 4 } else { 2 }).div_ceil(4) * 4
     }
     /// The device-memory image: activation blocks, weight rows, old outputs (finite FP16 / FP32 values).
     fn data(&self, rng: &mut Rng) -> Vec<u8> {
-        let mut data: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
+        let end = WINDOW.max(self.w_byte() as usize + self.rows as usize * self.row_bytes());
+        let mut data: Vec<u8> = (0..end).map(|_| rng.next_u64() as u8).collect();
         let kinds = [ActKind::Typical, ActKind::Typical, ActKind::Outlier, ActKind::Spread, ActKind::EqualExponents, ActKind::Zero];
         let mut at = ACTS as usize;
         for _ in 0..self.ntok * self.cols / BLOCK as u32 {
@@ -56,7 +64,7 @@ impl Case {
                 at += 2;
             }
         }
-        let mut at = (WEIGHTS + self.w_off) as usize;
+        let mut at = self.w_byte() as usize;
         for _ in 0..self.rows * self.cols / BLOCK as u32 {
             let b = weight_block(rng, self.fmt, false);
             data[at..at + b.len()].copy_from_slice(&b);
@@ -102,7 +110,7 @@ impl Case {
                 dst / 4,
                 self.rows,
                 self.cols,
-                (WEIGHTS + self.w_off) / 32
+                self.w_byte() / 32
             );
         }
         p += &format!("store spm={} mem={} bytes={out_bytes} idx=r0 stride=0\n", dst / 4, OUT / 32);
@@ -139,18 +147,27 @@ fn matmul_equals_the_functional_simulator() {
     }
     let cases = [
         // one row group, one token: the decode shape
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1, w_off: 0 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1, w_off: 0, far: false },
         // several groups, the last partial and odd (a half-written output word), tokens, the fused residual
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96, red: 2, w_off: 32 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96, red: 2, w_off: 32, far: false },
         // Q4_0 rows of 18-byte blocks (rows start at every even byte of a line), FP32 outputs with start values
-        Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64, red: 1, w_off: 0 },
+        Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64, red: 1, w_off: 0, far: false },
         // Q8_0: four steps per block, rows of 34-byte blocks
-        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0, w_off: 32 },
-        Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32, red: 2, w_off: 0 },
+        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0, w_off: 32, far: false },
+        Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32, red: 2, w_off: 0, far: false },
         // three full groups of long rows, one token: each group's load overlaps the previous one's compute
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 48, cols: 320, red: 1, w_off: 0 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 48, cols: 320, red: 1, w_off: 0, far: false },
         // the same from an odd line: every group starts in the second line of a 64-byte beat
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 48, cols: 320, red: 0, w_off: 32 },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 48, cols: 320, red: 0, w_off: 32, far: false },
+        // the weight buffer's ring (128 positions per row slot at `sim`) wraps: 23 groups of 6 positions
+        // (136-byte W8 rows), one of them across the wrap (positions 126, 127, 0, ..); 13 groups of 14 (360-byte
+        // W4Min rows, SmolLM2's 576 columns) from an odd line; 6 groups of 28 (864-byte W4 rows), the fifth
+        // across the wrap; 5 groups of 36 (1,088-byte W8 rows) for 4 tokens, whose compute outlasts the beats:
+        // three groups at once, the ring's room, not its four entries, holds the loader back
+        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 355, cols: 128, red: 1, w_off: 0, far: true },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 200, cols: 576, red: 2, w_off: 32, far: true },
+        Case { fmt: WeightFormat::W4, f32_out: true, acc: false, ntok: 1, rows: 96, cols: 1536, red: 0, w_off: 0, far: true },
+        Case { fmt: WeightFormat::W8, f32_out: true, acc: true, ntok: 4, rows: 80, cols: 1024, red: 1, w_off: 32, far: true },
     ];
     let mut rng = Rng(0x3a7_3a7);
     // and random shapes: any format, output type, start values and reduction, 1..=4 tokens, 1..=40 rows, 1..=6
@@ -166,6 +183,7 @@ fn matmul_equals_the_functional_simulator() {
             cols: 32 * (1 + rng.below(6) as u32),
             red: rng.below(3) as u8,
             w_off: 32 * rng.below(2),
+            far: false,
         })
         .collect();
     for case in cases.into_iter().chain(random) {

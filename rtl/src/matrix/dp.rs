@@ -26,7 +26,7 @@ pub fn dp_verilog(cfg: &OverlayConfig) -> String {
     writeln!(
         v,
         "\
-module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_line, rd_o0, rd_rb, rd_buf, rd_off,
+module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_base, ld_idx, ld_line, rd_o0, rd_rb, rd_base, rd_off,
     rd_fmt, f_valid, f_half, f_row, f_clear, f_last, f_xf, o_sel, cap, o_acc0, o_acc1, o_nf0, o_nf1, sq_chunk, sq_f32,
     sq_mask, sq_out);
     input wire clock;
@@ -34,12 +34,12 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_li
     input wire [5:0] ld_o0;
     input wire [15:0] ld_rb;
     input wire ld_valid;
-    input wire ld_buf;
+    input wire [15:0] ld_base;
     input wire [15:0] ld_idx;
     input wire [511:0] ld_line;
     input wire [5:0] rd_o0;
     input wire [15:0] rd_rb;
-    input wire rd_buf;
+    input wire [15:0] rd_base;
     input wire [15:0] rd_off;
     input wire [1:0] rd_fmt;
     input wire f_valid;
@@ -107,7 +107,7 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_buf, ld_idx, ld_li
         writeln!(
             v,
             "    opu_wfeed feed{i}(.clock(clock), .row0(16'd{r}), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), \
-.ld_buf(ld_buf), .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_buf(rd_buf), .rd_off(rd_off), \
+.ld_base(ld_base), .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off), \
 .rd_half(f_half), .rd_row(f_row), .rd_fmt(rd_fmt), .w(w[{wh}:{wl}]), .dm(dm[{dh}:{dl}]));",
             r = 2 * i,
             wh = 128 * i + 127,
@@ -131,12 +131,12 @@ pub struct MatrixDatapath {
     pub ld_o0: Signal<In, Bits<6>>,
     pub ld_rb: Signal<In, Bits<16>>,
     pub ld_valid: Signal<In, Bit>,
-    pub ld_buf: Signal<In, Bit>,
+    pub ld_base: Signal<In, Bits<16>>,
     pub ld_idx: Signal<In, Bits<16>>,
     pub ld_line: Signal<In, Bits<512>>,
     pub rd_o0: Signal<In, Bits<6>>,
     pub rd_rb: Signal<In, Bits<16>>,
-    pub rd_buf: Signal<In, Bit>,
+    pub rd_base: Signal<In, Bits<16>>,
     pub rd_off: Signal<In, Bits<16>>,
     pub rd_fmt: Signal<In, Bits<2>>,
     pub f_valid: Signal<In, Bit>,
@@ -170,12 +170,12 @@ impl MatrixDatapath {
             ld_o0: Default::default(),
             ld_rb: Default::default(),
             ld_valid: Default::default(),
-            ld_buf: Default::default(),
+            ld_base: Default::default(),
             ld_idx: Default::default(),
             ld_line: Default::default(),
             rd_o0: Default::default(),
             rd_rb: Default::default(),
-            rd_buf: Default::default(),
+            rd_base: Default::default(),
             rd_off: Default::default(),
             rd_fmt: Default::default(),
             f_valid: Default::default(),
@@ -212,8 +212,8 @@ impl Logic for MatrixDatapath {
     fn hdl(&self) -> Verilog {
         Verilog::Wrapper(Wrapper {
             code: "\
-opu_matrix_dp dp(.clock(clock), .reset(reset), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), .ld_buf(ld_buf),
-    .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_buf(rd_buf), .rd_off(rd_off),
+opu_matrix_dp dp(.clock(clock), .reset(reset), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), .ld_base(ld_base),
+    .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off),
     .rd_fmt(rd_fmt), .f_valid(f_valid), .f_half(f_half), .f_row(f_row), .f_clear(f_clear), .f_last(f_last),
     .f_xf(f_xf), .o_sel(o_sel), .cap(cap), .o_acc0(o_acc0), .o_acc1(o_acc1), .o_nf0(o_nf0), .o_nf1(o_nf1),
     .sq_chunk(sq_chunk), .sq_f32(sq_f32), .sq_mask(sq_mask), .sq_out(sq_out));

@@ -13,8 +13,10 @@
 //! bytes `pos mod 32 ..` of the 64 bytes `{line k + 1, line k}`, `k = pos / 32`. Every block format has its
 //! blocks at even bytes and at most 34 bytes long, so two lines always hold it.
 //!
-//! Each bank holds both buffers of the slot (`buf`, the top address bit): a group loads into one while the
-//! array computes from the other.
+//! A row slot is a ring of `2 x weight_row_lines` positions (each bank holds half of them) in which the
+//! groups follow each other: a group's lines sit from its base position (`ld_base` / `rd_base`, even,
+//! `OverlayConfig::weight_group_lines` after the previous group's), so while the array computes one group
+//! the next ones stream in behind it, as many as the ring holds.
 //!
 //! Read pipeline, [`FEED_LATENCY`] edges from `rd_off` to `w`/`dm`: (1) the banks' synchronous read;
 //! (2) the block bytes of both rows shifted out of the two lines; (3) the lane's bus for the step: W4Min / W4
@@ -39,14 +41,15 @@ pub struct WeightFeed<const A: usize> {
     pub ld_o0: Signal<In, Bits<6>>,
     pub ld_rb: Signal<In, Bits<16>>,
     pub ld_valid: Signal<In, Bit>,
-    pub ld_buf: Signal<In, Bit>,
+    /// The group's first slot position in the ring (even).
+    pub ld_base: Signal<In, Bits<16>>,
     pub ld_idx: Signal<In, Bits<16>>,
     pub ld_line: Signal<In, Bits<512>>,
 
-    // ---- read: the block at byte `rd_off` of each row of the group in buffer `rd_buf`
+    // ---- read: the block at byte `rd_off` of each row of the group at ring position `rd_base`
     pub rd_o0: Signal<In, Bits<6>>,
     pub rd_rb: Signal<In, Bits<16>>,
-    pub rd_buf: Signal<In, Bit>,
+    pub rd_base: Signal<In, Bits<16>>,
     pub rd_off: Signal<In, Bits<16>>,
     pub rd_half: Signal<In, Bit>,
     pub rd_row: Signal<In, Bit>,
@@ -85,7 +88,6 @@ pub struct WeightFeed<const A: usize> {
     w_r: DFF<Bits<128>>,
     dm_r: DFF<Bits<64>>,
 
-    buf_shift: Constant<Bits<8>>,
     nib: Constant<Bits<128>>,
     w4m: Constant<Bits<2>>,
     w8: Constant<Bits<2>>,
@@ -123,12 +125,12 @@ impl<const A: usize> WeightFeed<A> {
             ld_o0: Default::default(),
             ld_rb: Default::default(),
             ld_valid: Default::default(),
-            ld_buf: Default::default(),
+            ld_base: Default::default(),
             ld_idx: Default::default(),
             ld_line: Default::default(),
             rd_o0: Default::default(),
             rd_rb: Default::default(),
-            rd_buf: Default::default(),
+            rd_base: Default::default(),
             rd_off: Default::default(),
             rd_half: Default::default(),
             rd_row: Default::default(),
@@ -159,7 +161,6 @@ impl<const A: usize> WeightFeed<A> {
             fmt2: Default::default(),
             w_r: Default::default(),
             dm_r: Default::default(),
-            buf_shift: k(A as u64 - 1),
             nib: Constant::new(nib_bits),
             w4m: k(u64::from(WeightFormat::W4Min.code())),
             w8: k(u64::from(WeightFormat::W8.code())),
@@ -218,42 +219,38 @@ impl<const A: usize> Logic for WeightFeed<A> {
         self.last1.d.next = (self.off1.val() + bit_cast::<24, 16>(self.ld_rb.val()) - 1) >> 5;
         self.lo.next = bit_cast::<24, 16>(self.ld_idx.val());
         self.hi.next = bit_cast::<24, 16>(self.ld_idx.val()) + 1;
-        // slot position of the low line (wraps below the row's first line: then only the high one is in)
-        self.s0.next = self.lo.val() - self.first0.q.val();
-        self.s1.next = self.lo.val() - self.first1.q.val();
+        // ring position of the low line: the group's base plus its position in the row's lines (which wraps
+        // below the row's first line: then only the high one is in); the bank address keeps A bits, so the
+        // ring of 2^(A+1) positions wraps by itself
+        self.s0.next = self.lo.val() - self.first0.q.val() + bit_cast::<24, 16>(self.ld_base.val());
+        self.s1.next = self.lo.val() - self.first1.q.val() + bit_cast::<24, 16>(self.ld_base.val());
         self.in0l.next = self.ld_valid.val() & (self.lo.val() >= self.first0.q.val()) & (self.lo.val() <= self.last0.q.val());
         self.in0h.next = self.ld_valid.val() & (self.hi.val() >= self.first0.q.val()) & (self.hi.val() <= self.last0.q.val());
         self.in1l.next = self.ld_valid.val() & (self.lo.val() >= self.first1.q.val()) & (self.lo.val() <= self.last1.q.val());
         self.in1h.next = self.ld_valid.val() & (self.hi.val() >= self.first1.q.val()) & (self.hi.val() <= self.last1.q.val());
         // s even: the low line to the even bank and the high one to the odd bank, both at s / 2; s odd: the
         // low line to the odd bank at s / 2, the high one to the even bank at (s + 1) / 2
-        self.even0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1)
-            | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+        self.even0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1);
         self.even0.write_data.next = self.ld_line.val().get_bits::<256>(0);
         self.even0.write_enable.next = self.in0l.val();
-        self.odd0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1)
-            | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+        self.odd0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1);
         self.odd0.write_data.next = self.ld_line.val().get_bits::<256>(256);
         self.odd0.write_enable.next = self.in0h.val();
         if self.s0.val().get_bit(0) {
-            self.even0.write_address.next = bit_cast::<A, 24>((self.s0.val() + 1) >> 1)
-                | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+            self.even0.write_address.next = bit_cast::<A, 24>((self.s0.val() + 1) >> 1);
             self.even0.write_data.next = self.ld_line.val().get_bits::<256>(256);
             self.even0.write_enable.next = self.in0h.val();
             self.odd0.write_data.next = self.ld_line.val().get_bits::<256>(0);
             self.odd0.write_enable.next = self.in0l.val();
         }
-        self.even1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1)
-            | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+        self.even1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1);
         self.even1.write_data.next = self.ld_line.val().get_bits::<256>(0);
         self.even1.write_enable.next = self.in1l.val();
-        self.odd1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1)
-            | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+        self.odd1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1);
         self.odd1.write_data.next = self.ld_line.val().get_bits::<256>(256);
         self.odd1.write_enable.next = self.in1h.val();
         if self.s1.val().get_bit(0) {
-            self.even1.write_address.next = bit_cast::<A, 24>((self.s1.val() + 1) >> 1)
-                | (bit_cast::<A, 1>(self.ld_buf.val().into()) << self.buf_shift.val());
+            self.even1.write_address.next = bit_cast::<A, 24>((self.s1.val() + 1) >> 1);
             self.even1.write_data.next = self.ld_line.val().get_bits::<256>(256);
             self.even1.write_enable.next = self.in1h.val();
             self.odd1.write_data.next = self.ld_line.val().get_bits::<256>(0);
@@ -268,17 +265,13 @@ impl<const A: usize> Logic for WeightFeed<A> {
             + bit_cast::<5, 16>(self.rd_rb.val());
         self.pos0.next = bit_cast::<24, 5>(self.x0.q.val()) + bit_cast::<24, 16>(self.rd_off.val());
         self.pos1.next = bit_cast::<24, 5>(self.x1.q.val()) + bit_cast::<24, 16>(self.rd_off.val());
-        self.kk0.next = self.pos0.val() >> 5;
-        self.kk1.next = self.pos1.val() >> 5;
+        self.kk0.next = (self.pos0.val() >> 5) + bit_cast::<24, 16>(self.rd_base.val());
+        self.kk1.next = (self.pos1.val() >> 5) + bit_cast::<24, 16>(self.rd_base.val());
         // k even: k/2 in both banks; k odd: k/2 in the odd bank (line k), k/2 + 1 in the even one (line k + 1)
-        self.even0.read_address.next = bit_cast::<A, 24>((self.kk0.val() + 1) >> 1)
-            | (bit_cast::<A, 1>(self.rd_buf.val().into()) << self.buf_shift.val());
-        self.odd0.read_address.next = bit_cast::<A, 24>(self.kk0.val() >> 1)
-            | (bit_cast::<A, 1>(self.rd_buf.val().into()) << self.buf_shift.val());
-        self.even1.read_address.next = bit_cast::<A, 24>((self.kk1.val() + 1) >> 1)
-            | (bit_cast::<A, 1>(self.rd_buf.val().into()) << self.buf_shift.val());
-        self.odd1.read_address.next = bit_cast::<A, 24>(self.kk1.val() >> 1)
-            | (bit_cast::<A, 1>(self.rd_buf.val().into()) << self.buf_shift.val());
+        self.even0.read_address.next = bit_cast::<A, 24>((self.kk0.val() + 1) >> 1);
+        self.odd0.read_address.next = bit_cast::<A, 24>(self.kk0.val() >> 1);
+        self.even1.read_address.next = bit_cast::<A, 24>((self.kk1.val() + 1) >> 1);
+        self.odd1.read_address.next = bit_cast::<A, 24>(self.kk1.val() >> 1);
         self.odd_k0.d.next = self.kk0.val().get_bit(0);
         self.odd_k1.d.next = self.kk1.val().get_bit(0);
         self.byte0.d.next = self.pos0.val().get_bits::<5>(0);
@@ -347,12 +340,12 @@ pub fn feed_verilog(lines: u32) -> Result<String, crate::emit::EmitError> {
         f.ld_o0.connect();
         f.ld_rb.connect();
         f.ld_valid.connect();
-        f.ld_buf.connect();
+        f.ld_base.connect();
         f.ld_idx.connect();
         f.ld_line.connect();
         f.rd_o0.connect();
         f.rd_rb.connect();
-        f.rd_buf.connect();
+        f.rd_base.connect();
         f.rd_off.connect();
         f.rd_half.connect();
         f.rd_row.connect();
@@ -360,7 +353,7 @@ pub fn feed_verilog(lines: u32) -> Result<String, crate::emit::EmitError> {
         f.connect_all();
         crate::emit::checked_verilog(&f)
     }
-    // each bank holds half of a slot's lines, for both buffers: `lines` entries
+    // each bank holds half of a slot's ring of 2 x `lines` positions: `lines` entries
     match lines {
         4 => build::<2>(),
         8 => build::<3>(),

@@ -9,9 +9,12 @@
 //!    traps with the functional simulator's code and ERROR_INFO.
 //! 2. **Load** a group: its bytes are contiguous in device memory (rows back to back), so the loader requests
 //!    the group's 64-byte beats in order on the top's weight port (two lines per cycle, the `sim` preset's
-//!    memory bandwidth) and every weight feed keeps the lines of its two rows. The loader runs one
-//!    group ahead of the compute, in the other half of the weight buffer: while the array computes group
-//!    `g`, group `g + 1` streams in, so a group costs the longer of its load and its compute, not their sum.
+//!    memory bandwidth) and every weight feed keeps the lines of its two rows. The weight buffer is a ring
+//!    per row slot (`2 x weight_row_lines` positions) in which groups follow each other, each taking
+//!    `OverlayConfig::weight_group_lines` positions: the loader runs as many groups ahead of the compute as
+//!    the ring holds (`OverlayConfig::weight_groups_in_buffer`, up to four), so a group costs the longer of
+//!    its load and its compute, and the memory latency is paid once per `matmul` wherever the compute keeps
+//!    up with the memory.
 //! 3. **Compute**, for each token: per block of 32 columns the token's 64 activation bytes are read from the
 //!    scratchpad (two 32-byte reads), and the array takes the block in 2 steps (W4Min, W4: half 0, half 1)
 //!    or 4 (W8: row 0 halves, then row 1's), `clear` on the first block, `last` on the final one.
@@ -91,12 +94,12 @@ pub enum OutState {
     Write,
 }
 
-/// The weight loader's request side, which runs ahead of the compute: while the array computes a group in
-/// one half of the weight buffer, the next group's beats stream into the other.
+/// The weight loader's request side, which runs ahead of the compute: while the array computes a group from
+/// the weight buffer's ring, the next groups' beats stream in behind it.
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum LoadState {
     Idle,
-    /// Waits until the next group's half is free, then takes its geometry (one cycle).
+    /// Waits until the next group's entry and ring positions are free, then takes its geometry (one cycle).
     Group,
     /// The group's beats are requested, one per cycle (any number in flight).
     Lines,
@@ -254,11 +257,13 @@ pub struct Matrix {
     /// Byte offset of the group's first output row in a token's output row.
     gout: DFF<Bits<32>>,
     o0: DFF<Bits<6>>,
-    /// The compute's buffer half.
-    c_buf: DFF<Bit>,
+    /// The compute's entry in the table of loaded groups.
+    c_buf: DFF<Bits<2>>,
 
-    // ---- the loader (one group ahead): its group's rows left, first byte, rows, offset in its first line,
-    // lines, requests and responses, and buffer half; the halves holding a loaded group and their geometry
+    // ---- the loader (up to four groups ahead): its group's rows left, first byte, rows, offset in its first
+    // line, lines, requests and responses, and entry; the entries of the groups in the weight buffer's ring
+    // (loading or loaded), their geometry and base positions; a group's positions in the ring and the
+    // positions free
     lstate: DFF<LoadState>,
     l_rows_left: DFF<Bits<16>>,
     l_gbyte: DFF<Bits<48>>,
@@ -266,18 +271,36 @@ pub struct Matrix {
     nbeats: DFF<Bits<16>>,
     req_k: DFF<Bits<16>>,
     resp_k: DFF<Bits<16>>,
-    l_buf: DFF<Bit>,
-    ready: DFF<Bits<2>>,
-    /// A half taken by a group whose lines are requested or in it (free again when the compute has read it).
-    busy: DFF<Bits<2>>,
-    /// The half the responses fill (the halves alternate, as the requests do).
-    r_buf: DFF<Bit>,
+    l_buf: DFF<Bits<2>>,
+    /// The next group's base position in the ring.
+    l_base: DFF<Bits<16>>,
+    ready: DFF<Bits<4>>,
+    /// An entry taken by a group whose lines are requested or in the ring (free again when the compute has
+    /// read it).
+    busy: DFF<Bits<4>>,
+    /// The entry the responses fill (in the order of the requests).
+    r_buf: DFF<Bits<2>>,
     b_nb_0: DFF<Bits<16>>,
     b_nb_1: DFF<Bits<16>>,
+    b_nb_2: DFF<Bits<16>>,
+    b_nb_3: DFF<Bits<16>>,
     b_o0_0: DFF<Bits<6>>,
     b_o0_1: DFF<Bits<6>>,
+    b_o0_2: DFF<Bits<6>>,
+    b_o0_3: DFF<Bits<6>>,
     b_grows_0: DFF<Bits<16>>,
     b_grows_1: DFF<Bits<16>>,
+    b_grows_2: DFF<Bits<16>>,
+    b_grows_3: DFF<Bits<16>>,
+    b_base_0: DFF<Bits<16>>,
+    b_base_1: DFF<Bits<16>>,
+    b_base_2: DFF<Bits<16>>,
+    b_base_3: DFF<Bits<16>>,
+    /// `OverlayConfig::weight_group_lines` of the rows; the ring's free positions.
+    gspan: DFF<Bits<16>>,
+    ring_free: DFF<Bits<16>>,
+    /// The compute's group: its base position in the ring.
+    c_base: DFF<Bits<16>>,
 
     // ---- compute
     tok: DFF<Bits<7>>,
@@ -352,6 +375,8 @@ pub struct Matrix {
     /// `2 x pe_lanes` and its log2; lanes per readout chunk (log2) by output type.
     group_rows: Constant<Bits<16>>,
     group_shift: Constant<Bits<8>>,
+    /// Positions of a row slot's ring (`2 x weight_row_lines`, a power of two).
+    ring: Constant<Bits<16>>,
     f_fmt: Constant<Bits<8>>,
     f_out: Constant<Bits<8>>,
     f_acc: Constant<Bits<8>>,
@@ -400,10 +425,23 @@ pub struct Matrix {
     glen: Signal<Local, Bits<32>>,
     /// The rows of the group the loader starts next.
     g_rows: Signal<Local, Bits<16>>,
-    /// Halves the loader fills and the compute frees this cycle.
-    rdy_set: Signal<Local, Bits<2>>,
-    rdy_clr: Signal<Local, Bits<2>>,
-    bsy_set: Signal<Local, Bits<2>>,
+    /// Entries the loader fills and the compute frees this cycle.
+    rdy_set: Signal<Local, Bits<4>>,
+    rdy_clr: Signal<Local, Bits<4>>,
+    bsy_set: Signal<Local, Bits<4>>,
+    /// The response side's entry: its beats, offset and base; the compute's entry: its rows, offset, base.
+    r_nb: Signal<Local, Bits<16>>,
+    r_o0: Signal<Local, Bits<6>>,
+    r_base: Signal<Local, Bits<16>>,
+    e_grows: Signal<Local, Bits<16>>,
+    e_o0: Signal<Local, Bits<6>>,
+    e_base: Signal<Local, Bits<16>>,
+    /// Lines a row touches at most (before rounding up to even).
+    span_raw: Signal<Local, Bits<16>>,
+    /// The ring positions taken and given back this cycle.
+    ring_take: Signal<Local, Bits<16>>,
+    ring_give: Signal<Local, Bits<16>>,
+    ring_init: Signal<Local, Bit>,
     r_valid: Signal<Local, Bit>,
     r_last: Signal<Local, Bit>,
     ntr: Signal<Local, Bits<32>>,
@@ -514,6 +552,20 @@ impl Matrix {
             b_o0_1: Default::default(),
             b_grows_0: Default::default(),
             b_grows_1: Default::default(),
+            b_grows_2: Default::default(),
+            b_grows_3: Default::default(),
+            b_nb_2: Default::default(),
+            b_nb_3: Default::default(),
+            b_o0_2: Default::default(),
+            b_o0_3: Default::default(),
+            b_base_0: Default::default(),
+            b_base_1: Default::default(),
+            b_base_2: Default::default(),
+            b_base_3: Default::default(),
+            gspan: Default::default(),
+            ring_free: Default::default(),
+            c_base: Default::default(),
+            l_base: Default::default(),
             req_k: Default::default(),
             resp_k: Default::default(),
             o0: Default::default(),
@@ -575,6 +627,7 @@ impl Matrix {
             bb_w8: k(WeightFormat::W8.block_bytes() as u64),
             group_rows: k(2 * lanes),
             group_shift: k(u64::from((2 * lanes).trailing_zeros())),
+            ring: k(2 * u64::from(config.weight_row_lines())),
             f_fmt: f("fmt"),
             f_out: f("out"),
             f_acc: f("acc"),
@@ -622,6 +675,16 @@ impl Matrix {
             rdy_set: Default::default(),
             rdy_clr: Default::default(),
             bsy_set: Default::default(),
+            r_nb: Default::default(),
+            r_o0: Default::default(),
+            r_base: Default::default(),
+            e_grows: Default::default(),
+            e_o0: Default::default(),
+            e_base: Default::default(),
+            span_raw: Default::default(),
+            ring_take: Default::default(),
+            ring_give: Default::default(),
+            ring_init: Default::default(),
             r_valid: Default::default(),
             r_last: Default::default(),
             ntr: Default::default(),
@@ -653,8 +716,9 @@ impl Logic for Matrix {
             grows, gbyte, gout, nbeats, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
-            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf, b_nb_0, b_nb_1, b_o0_0, b_o0_1, b_grows_0,
-            b_grows_1, ro_grows, ro_gout
+            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf, b_nb_0, b_nb_1, b_nb_2, b_nb_3,
+            b_o0_0, b_o0_1, b_o0_2, b_o0_3, b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_base_0, b_base_1, b_base_2,
+            b_base_3, gspan, ring_free, c_base, l_base, ro_grows, ro_gout
         );
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
@@ -709,26 +773,62 @@ impl Logic for Matrix {
         self.rdy_set.next = 0.into();
         self.rdy_clr.next = 0.into();
         self.bsy_set.next = 0.into();
-        // a response of the group filling half r_buf (none are taken while draining after a flush)
-        self.r_valid.next = self.m_resp.val() & (self.state.q.val() != MatrixState::Drain) & (self.state.q.val() != MatrixState::Idle);
-        self.r_last.next = self.resp_k.q.val() + 1 == self.b_nb_0.q.val();
-        if self.r_buf.q.val() {
-            self.r_last.next = self.resp_k.q.val() + 1 == self.b_nb_1.q.val();
+        self.ring_take.next = 0.into();
+        self.ring_give.next = 0.into();
+        self.ring_init.next = false;
+        // the entries' geometry for the response side (r_buf) and for the compute's next group (c_buf)
+        self.r_nb.next = self.b_nb_0.q.val();
+        self.r_o0.next = self.b_o0_0.q.val();
+        self.r_base.next = self.b_base_0.q.val();
+        if self.r_buf.q.val() == 1 {
+            self.r_nb.next = self.b_nb_1.q.val();
+            self.r_o0.next = self.b_o0_1.q.val();
+            self.r_base.next = self.b_base_1.q.val();
         }
+        if self.r_buf.q.val() == 2 {
+            self.r_nb.next = self.b_nb_2.q.val();
+            self.r_o0.next = self.b_o0_2.q.val();
+            self.r_base.next = self.b_base_2.q.val();
+        }
+        if self.r_buf.q.val() == 3 {
+            self.r_nb.next = self.b_nb_3.q.val();
+            self.r_o0.next = self.b_o0_3.q.val();
+            self.r_base.next = self.b_base_3.q.val();
+        }
+        self.e_grows.next = self.b_grows_0.q.val();
+        self.e_o0.next = self.b_o0_0.q.val();
+        self.e_base.next = self.b_base_0.q.val();
+        if self.c_buf.q.val() == 1 {
+            self.e_grows.next = self.b_grows_1.q.val();
+            self.e_o0.next = self.b_o0_1.q.val();
+            self.e_base.next = self.b_base_1.q.val();
+        }
+        if self.c_buf.q.val() == 2 {
+            self.e_grows.next = self.b_grows_2.q.val();
+            self.e_o0.next = self.b_o0_2.q.val();
+            self.e_base.next = self.b_base_2.q.val();
+        }
+        if self.c_buf.q.val() == 3 {
+            self.e_grows.next = self.b_grows_3.q.val();
+            self.e_o0.next = self.b_o0_3.q.val();
+            self.e_base.next = self.b_base_3.q.val();
+        }
+        // a group's ring positions: the most lines one of its rows touches, rounded up to even
+        self.span_raw.next = ((self.rb.q.val().get_bits::<16>(0) + 30) >> 5) + 1;
+        // a response of the group filling entry r_buf (none are taken while draining after a flush)
+        self.r_valid.next = self.m_resp.val() & (self.state.q.val() != MatrixState::Drain) & (self.state.q.val() != MatrixState::Idle);
+        self.r_last.next = self.resp_k.q.val() + 1 == self.r_nb.val();
 
         // ---- datapath wiring
-        self.dp.ld_o0.next = self.b_o0_0.q.val();
-        if self.r_buf.q.val() {
-            self.dp.ld_o0.next = self.b_o0_1.q.val();
-        }
+        self.dp.ld_o0.next = self.r_o0.val();
         self.dp.ld_rb.next = self.rb.q.val().get_bits::<16>(0);
         self.dp.ld_valid.next = self.r_valid.val();
-        self.dp.ld_buf.next = self.r_buf.q.val();
+        self.dp.ld_base.next = self.r_base.val();
         self.dp.ld_idx.next = self.resp_k.q.val() << 1;
         self.dp.ld_line.next = self.m_rdata.val();
         self.dp.rd_o0.next = self.o0.q.val();
         self.dp.rd_rb.next = self.rb.q.val().get_bits::<16>(0);
-        self.dp.rd_buf.next = self.c_buf.q.val();
+        self.dp.rd_base.next = self.c_base.q.val();
         self.dp.rd_off.next = self.woff.q.val();
         self.dp.rd_fmt.next = self.fmt.q.val().get_bits::<2>(0);
         self.dp.f_valid.next = false;
@@ -857,6 +957,7 @@ impl Logic for Matrix {
                     self.dst_len.d.next = self.pl_lo.val() + (self.pl_hi.val() << 16) + (bit_cast::<32, 16>(self.rows.q.val()) << 2);
                 }
                 self.state.d.next = MatrixState::Check3;
+                self.gspan.d.next = self.span_raw.val() + bit_cast::<16, 1>(self.span_raw.val().get_bit(0).into());
                 if self.rb.q.val() > self.max_row.val() {
                     self.raise.next = true;
                 }
@@ -900,28 +1001,27 @@ impl Logic for Matrix {
                     }
                 } else {
                     self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.w_len.val());
-                    // the loader starts with group 0 in half 0
+                    // the loader starts with group 0 in entry 0 at ring position 0, the whole ring free
                     self.lstate.d.next = LoadState::Group;
                     self.l_rows_left.d.next = self.rows.q.val();
                     self.l_gbyte.d.next = self.w_byte.val();
-                    self.l_buf.d.next = false;
-                    self.r_buf.d.next = false;
+                    self.l_buf.d.next = 0.into();
+                    self.l_base.d.next = 0.into();
+                    self.r_buf.d.next = 0.into();
                     self.resp_k.d.next = 0.into();
-                    self.rdy_clr.next = 3.into();
-                    self.c_buf.d.next = false;
+                    self.rdy_clr.next = 15.into();
+                    self.ring_init.next = true;
+                    self.c_buf.d.next = 0.into();
                 }
             }
             MatrixState::Group => {
                 self.macs_total.d.next = self.macs_total.q.val() + self.mac_count.q.val();
                 self.mac_count.d.next = 0.into();
-                // the group in half c_buf, once the loader has it
-                if self.ready.q.val().get_bit(self.c_buf.q.val().into()) {
-                    self.grows.d.next = self.b_grows_0.q.val();
-                    self.o0.d.next = self.b_o0_0.q.val();
-                    if self.c_buf.q.val() {
-                        self.grows.d.next = self.b_grows_1.q.val();
-                        self.o0.d.next = self.b_o0_1.q.val();
-                    }
+                // the group of entry c_buf, once the loader has it
+                if (self.ready.q.val() & (bits::<4>(1) << bit_cast::<4, 2>(self.c_buf.q.val()))) != 0 {
+                    self.grows.d.next = self.e_grows.val();
+                    self.o0.d.next = self.e_o0.val();
+                    self.c_base.d.next = self.e_base.val();
                     self.tok.d.next = 0.into();
                     self.xtok.d.next = bit_cast::<32, 20>(self.src.q.val()) << 2;
                     self.state.d.next = MatrixState::Token;
@@ -982,8 +1082,9 @@ impl Logic for Matrix {
                     if self.last_blk.val() {
                         self.inflight.d.next = true;
                         if self.last_tok.val() {
-                            // the group's last weight read: its half is free for the loader
-                            self.rdy_clr.next = bit_cast::<2, 1>(self.c_buf.q.val().into()) + 1;
+                            // the group's last weight read: its entry and positions are free for the loader
+                            self.rdy_clr.next = bits::<4>(1) << bit_cast::<4, 2>(self.c_buf.q.val());
+                            self.ring_give.next = self.gspan.q.val();
                         }
                         self.tok.d.next = self.tok.q.val() + 1;
                         self.xtok.d.next = self.xtok.q.val() + self.src_pitch.q.val();
@@ -1009,8 +1110,8 @@ impl Logic for Matrix {
                         self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 2);
                     }
                     self.state.d.next = MatrixState::Group;
-                    // the next group is in the other half
-                    self.c_buf.d.next = !self.c_buf.q.val();
+                    // the next group is in the next entry
+                    self.c_buf.d.next = self.c_buf.q.val() + 1;
                     if self.rows_left.q.val() == self.grows.q.val() {
                         self.progress.next = true;
                         self.state.d.next = MatrixState::Idle;
@@ -1186,29 +1287,51 @@ impl Logic for Matrix {
         self.red_wdata.next = bit_cast::<RED_BITS, ACC_BITS>(self.red_base.val().get_bits::<ACC_BITS>(0) + self.rq2_sum.q.val().get_bits::<ACC_BITS>(0))
             | (bit_cast::<RED_BITS, 1>((self.red_base.val().get_bit(96) | self.rq2_sum.q.val().get_bit(96)).into()) << 96);
 
-        // ---- the loader: the request side runs ahead through the groups, each into the next half as soon as
-        // the compute has read that half; the response side fills the halves in the same order (responses come
-        // in order), so the memory streams across group boundaries without waiting for a group's last response
+        // ---- the loader: the request side runs ahead through the groups, each into the next entry and the
+        // ring positions after the last group's as soon as both are free (the compute frees a group's at its
+        // last weight read); the response side fills the entries in the same order (responses come in order),
+        // so the memory streams across group boundaries without waiting for a group's last response
         match self.lstate.q.val() {
             LoadState::Idle => {}
             LoadState::Group => {
                 // the group's geometry, for the requests and for the response side (before its first response
-                // can arrive), as soon as its half is free; its first beat is requested next cycle
-                if !self.busy.q.val().get_bit(self.l_buf.q.val().into()) {
+                // can arrive), as soon as its entry and its ring positions are free; its first beat is
+                // requested next cycle
+                if ((self.busy.q.val() & (bits::<4>(1) << bit_cast::<4, 2>(self.l_buf.q.val()))) == 0)
+                    & (self.ring_free.q.val() >= self.gspan.q.val())
+                {
                     self.l_grows.d.next = self.g_rows.val();
                     self.nbeats.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                     self.req_k.d.next = 0.into();
-                    if self.l_buf.q.val() {
-                        self.b_o0_1.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
-                        self.b_grows_1.d.next = self.g_rows.val();
-                        self.b_nb_1.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
-                    } else {
+                    if self.l_buf.q.val() == 0 {
                         self.b_o0_0.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_0.d.next = self.g_rows.val();
                         self.b_nb_0.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_0.d.next = self.l_base.q.val();
                     }
+                    if self.l_buf.q.val() == 1 {
+                        self.b_o0_1.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_1.d.next = self.g_rows.val();
+                        self.b_nb_1.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_1.d.next = self.l_base.q.val();
+                    }
+                    if self.l_buf.q.val() == 2 {
+                        self.b_o0_2.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_2.d.next = self.g_rows.val();
+                        self.b_nb_2.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_2.d.next = self.l_base.q.val();
+                    }
+                    if self.l_buf.q.val() == 3 {
+                        self.b_o0_3.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_3.d.next = self.g_rows.val();
+                        self.b_nb_3.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_3.d.next = self.l_base.q.val();
+                    }
+                    // the next group's base: after this one's positions, around the ring
+                    self.l_base.d.next = (self.l_base.q.val() + self.gspan.q.val()) & (self.ring.val() - 1);
+                    self.ring_take.next = self.gspan.q.val();
                     self.lstate.d.next = LoadState::Lines;
-                    self.bsy_set.next = bit_cast::<2, 1>(self.l_buf.q.val().into()) + 1;
+                    self.bsy_set.next = bits::<4>(1) << bit_cast::<4, 2>(self.l_buf.q.val());
                 }
             }
             LoadState::Lines => {
@@ -1218,7 +1341,7 @@ impl Logic for Matrix {
                     self.req_k.d.next = self.req_k.q.val() + 1;
                     self.progress.next = true;
                     if self.req_k.q.val() + 1 == self.nbeats.q.val() {
-                        self.l_buf.d.next = !self.l_buf.q.val();
+                        self.l_buf.d.next = self.l_buf.q.val() + 1;
                         self.l_rows_left.d.next = self.l_rows_left.q.val() - self.l_grows.q.val();
                         self.l_gbyte.d.next = self.l_gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
                         self.lstate.d.next = LoadState::Group;
@@ -1233,13 +1356,17 @@ impl Logic for Matrix {
             self.resp_k.d.next = self.resp_k.q.val() + 1;
             self.progress.next = true;
             if self.r_last.val() {
-                self.rdy_set.next = bit_cast::<2, 1>(self.r_buf.q.val().into()) + 1;
-                self.r_buf.d.next = !self.r_buf.q.val();
+                self.rdy_set.next = bits::<4>(1) << bit_cast::<4, 2>(self.r_buf.q.val());
+                self.r_buf.d.next = self.r_buf.q.val() + 1;
                 self.resp_k.d.next = 0.into();
             }
         }
         self.ready.d.next = (self.ready.q.val() & !self.rdy_clr.val()) | self.rdy_set.val();
         self.busy.d.next = (self.busy.q.val() & !self.rdy_clr.val()) | self.bsy_set.val();
+        self.ring_free.d.next = self.ring_free.q.val() - self.ring_take.val() + self.ring_give.val();
+        if self.ring_init.val() {
+            self.ring_free.d.next = self.ring.val();
+        }
 
         // ---- memory responses in flight (a flush waits for them)
         if self.m_req.val() & self.m_req_ready.val() & !self.m_resp.val() {

@@ -65,10 +65,13 @@ pub(crate) struct Work {
 mod rtl {
     /// `matmul`'s six check cycles before the loader starts.
     pub const MATMUL_CHECK: u64 = 6;
-    /// After a group's last step, the array's and the readout's pipeline before the next group may start
-    /// (plus the readout's cycles per chunk: a lane per cycle and its read, write and drain).
-    pub const MATMUL_TAIL: u64 = 20;
-    pub const MATMUL_CHUNK: u64 = 7;
+    /// After a token's last step, the lane's pipeline (9 stages for W4Min, 8 for W4 and W8) and the
+    /// readout's before its first chunk, then the readout's cycles per chunk (a lane per cycle and its read,
+    /// write and drain); a readout-bound group of short rows costs them all.
+    pub const MATMUL_TAIL: u64 = 10;
+    pub const MATMUL_LANE_W4MIN: u64 = 9;
+    pub const MATMUL_LANE: u64 = 8;
+    pub const MATMUL_CHUNK: u64 = 8;
     /// After a group's last step, its last token's capture and the next group's start (which does not
     /// wait for the readout).
     pub const MATMUL_NEXT_GROUP: u64 = 15;
@@ -113,6 +116,8 @@ pub(crate) struct CostModel {
     mem_latency: u64,
     /// Bytes of the matrix unit's weight beat (one per cycle).
     beat_bytes: u64,
+    /// Lines of a row slot of the weight buffer (`OverlayConfig::weight_row_lines`).
+    weight_row_lines: u32,
 }
 
 impl CostModel {
@@ -121,6 +126,7 @@ impl CostModel {
             pe_lanes: u64::from(c.pe_lanes.max(1)),
             mem_latency: u64::from(c.mem_latency_cycles.max(1)),
             beat_bytes: (c.peak_bytes_per_cycle() as u64).max(32),
+            weight_row_lines: c.weight_row_lines(),
         }
     }
 
@@ -198,6 +204,7 @@ impl CostModel {
     /// `(cycles, compute steps)` of a `matmul` on the matrix unit, group by group as the RTL runs it.
     pub fn matmul(&self, fmt: WeightFormat, out: DType, ntok: u32, rows: u32, cols: u32, w_byte: u64) -> (u64, u64) {
         use rtl::*;
+        let lane = if fmt == WeightFormat::W4Min { MATMUL_LANE_W4MIN } else { MATMUL_LANE };
         let (block_bytes, steps) = match fmt {
             WeightFormat::W4Min => (20, 2),
             WeightFormat::W4 => (18, 2),
@@ -215,8 +222,11 @@ impl CostModel {
         let chunk_lanes = 32 / (2 * out_bytes);
         let beat = self.beat_bytes;
         let (mut req_free, mut compute) = (MATMUL_CHECK, 0);
-        // the two halves' release cycles (the loader reuses a half once the compute has read it)
-        let mut release = [0u64; 2];
+        // the weight buffer is a ring that holds `held` groups of these rows: the loader streams group `g`
+        // once the compute has read group `g - held` (the release cycles of the last `held` groups)
+        let rb = u32::try_from(row_bytes).unwrap_or(u32::MAX);
+        let held = u64::from(OverlayConfig::weight_groups_in_ring(self.weight_row_lines, rb));
+        let mut release = vec![0u64; held as usize];
         // when the next group's compute may start (its predecessor's last token captured), and when the
         // readout has stored the last captured token
         let (mut next_start, mut readout_end) = (0, 0);
@@ -224,7 +234,8 @@ impl CostModel {
             let grows = group.min(rows - g * group);
             let o0 = (w_byte + g * group * row_bytes) % beat;
             let beats = (o0 + grows * row_bytes).div_ceil(beat);
-            let start = if g >= 2 { req_free.max(release[(g % 2) as usize] + 1) } else { req_free };
+            let slot = (g % held) as usize;
+            let start = if g >= held { req_free.max(release[slot] + 1) } else { req_free };
             // a cycle for the group's geometry, then a beat per cycle; the next group's geometry right after
             let last_req = start + 1 + beats - 1;
             req_free = last_req + 1;
@@ -235,9 +246,9 @@ impl CostModel {
                 t += 3 + (nb - 1) * steps + if k > 0 { MATMUL_TOKEN_CONFLICT } else { 0 };
                 // the last step's capture waits for the hold registers
                 t = t.max(readout_end + 1) + steps;
-                readout_end = t + MATMUL_TAIL + chunks * (MATMUL_CHUNK + chunk_lanes);
+                readout_end = t + MATMUL_TAIL + lane + chunks * (MATMUL_CHUNK + chunk_lanes);
             }
-            release[(g % 2) as usize] = t;
+            release[slot] = t;
             next_start = t + MATMUL_NEXT_GROUP;
             compute += ntok * nb * steps;
         }
