@@ -115,8 +115,8 @@ impl OverlayConfig {
             vector_lanes: 8,
             max_batch: 64,
             scratchpad_bytes: 4 << 20,
-            // two groups of 256 rows of up to 8,128 bytes: Llama-7B's rows (4,096 and 11,008 columns of
-            // Q4_1) fit; 4 MiB of URAM
+            // a ring of 512 lines per row slot: two groups of 256 rows of up to 8,128 bytes (four of
+            // Llama-7B's 4,096-column Q4_1 rows, two of its 11,008-column ones); 4 MiB of URAM
             weight_fifo_bytes: 4 << 20,
             kv_history_slots: 4096,
             kv_history_width: 256,
