@@ -557,6 +557,12 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
     p.push(Instr::Csrw { csr: Csr::KvStride, rs: r(0), imm: row_lines as u32 });
     let tracked = lay.layers.iter().any(|la| la.presence.is_some());
     p.push(Instr::Csrw { csr: Csr::AttnScale, rs: r(0), imm: (1.0 / (hd as f32).sqrt()).to_bits() });
+    // KV heads per `attn`: as many as the attention unit holds (dividing the KV heads), so that a layer's
+    // attention pays the unit's chain of latencies (checks, memory, pipelines, `recip`) once per `attn`
+    let attn_heads = (1..=hkv).rev().find(|&n| hkv % n == 0 && opu_hw::isa::attn_heads_fit(n as u64, group as u64, hd as u64)).unwrap_or(1);
+    if attn_heads > 1 {
+        p.push(Instr::Csrw { csr: Csr::AttnHeads, rs: r(0), imm: attn_heads as u32 });
+    }
 
     for (l, la) in lay.layers.iter().enumerate() {
         // Per-token routing (docs/skipping.md) in one-token passes: `route` decides on the block's input (the
@@ -606,7 +612,7 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // where its token executed (its output is then unused) ...
         for t in 0..b {
             p.push(Instr::Addi { rd: r(1), rs: POS, imm: t as u32 + 1 });
-            for kh in 0..hkv {
+            for kh in (0..hkv).step_by(attn_heads) {
                 let off = t * x_row + kh * group * hd * 2;
                 let head = (kh * hd * 2) as u64;
                 p.push(Instr::Attn { group: group as u32, kvh: kh as u32, len: r(1), dst: s.att + words(off), q: s.q + words(off), k: line(la.k_cache + head), v: line(la.v_cache + head) });

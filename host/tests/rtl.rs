@@ -92,11 +92,11 @@ fn tiny_transformer_on_the_rtl_equals_the_functional_simulator() {
     let bpc = f["bytes_per_cycle"].as_f64().unwrap();
     assert!((f["bandwidth_efficiency"].as_f64().unwrap() - bpc / config.peak_bytes_per_cycle()).abs() < 1e-12);
     assert!((f["projected_tokens_per_second"].as_f64().unwrap() - 225e6 / per_token).abs() < 1e-6);
-    // one unit works at a time today (docs/rtl.md), so the busy shares add up to at most 1, and each unit
-    // of a transformer has work
+    // one unit works at a time (docs/rtl.md) but for the matrix unit's early loads beside the vector and
+    // attention units, so the other shares add up to at most 1; each unit of a transformer has work
     let u = f["unit_utilization"].as_object().unwrap();
     let shares: Vec<f64> = ["dma", "matrix", "vector", "attention"].iter().map(|k| u[*k].as_f64().unwrap()).collect();
-    assert!(shares.iter().all(|&x| x > 0.0) && shares.iter().sum::<f64>() <= 1.0, "{u:?}");
+    assert!(shares.iter().all(|&x| x > 0.0 && x <= 1.0) && shares.iter().sum::<f64>() - shares[1] <= 1.0, "{u:?}");
     eprintln!("per decoded token: {per_token:.0} cycles, {bpc:.2} bytes/cycle, busy {u:?}");
 }
 

@@ -15,6 +15,10 @@ pub const MAX_BATCH_LIMIT: u32 = 64;
 /// ([`OverlayConfig::weight_groups_in_buffer`]): the size of the unit's table of loaded groups.
 pub const WEIGHT_GROUP_ENTRIES: u32 = 4;
 
+/// Instructions the issue queue in front of each unit holds: how far the core runs ahead of a busy unit
+/// (and so how many of a unit's instructions a `matmul` issued behind them can overlap its first loads with).
+pub const ISSUE_QUEUE_DEPTH: u32 = 4;
+
 /// The hardware parameters of one overlay build.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

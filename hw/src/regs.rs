@@ -197,6 +197,7 @@ pub const REGISTERS: &[Register] = &[
     reg!("DBG_CSR10", DBG_CSR0 + 40, Ro, "debug: CSR 10 (docs/isa.md, CSRs)"),
     reg!("DBG_CSR11", DBG_CSR0 + 44, Ro, "debug: CSR 11 (docs/isa.md, CSRs)"),
     reg!("DBG_CSR12", DBG_CSR0 + 48, Ro, "debug: CSR 12 (docs/isa.md, CSRs)"),
+    reg!("DBG_CSR13", DBG_CSR0 + 52, Ro, "debug: CSR 13 (docs/isa.md, CSRs)"),
 ];
 
 /// The register at `offset`, if any.
@@ -284,7 +285,7 @@ mod tests {
         assert!(REGISTERS.iter().all(|r| r.offset % 4 == 0));
         assert_eq!(register_at(ARG0 + 4 * (NUM_ARGS - 1)).unwrap().name, "ARG7");
         assert_eq!(register_at(DBG_R0 + 4 * 15).unwrap().name, "DBG_R15");
-        assert_eq!(register_at(DBG_CSR0 + 4 * (DBG_CSRS - 1)).unwrap().name, "DBG_CSR12");
+        assert_eq!(register_at(DBG_CSR0 + 4 * (DBG_CSRS - 1)).unwrap().name, "DBG_CSR13");
         assert!(REGISTERS.iter().all(|r| r.offset < MAP_BYTES));
     }
 

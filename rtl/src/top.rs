@@ -8,7 +8,12 @@
 //!
 //! The units exchange data through the scratchpad and device memory, so the core issues to one of them only
 //! while the others are idle with empty queues (instructions for the same unit queue up behind each other):
-//! the interlock docs/isa.md asks for, at the granularity of units.
+//! the interlock docs/isa.md asks for, at the granularity of units. One exception keeps the weight stream
+//! going: a `matmul` is issued while the vector or the attention unit still works through the instructions
+//! before it (with the DMA unit idle and no `kvappend` queued or running, since those write device memory).
+//! The matrix unit checks it and its loader fills the weight ring meanwhile; its compute, which reads and
+//! writes the scratchpad and RED, waits until the others are idle (`go`). Nothing more is issued until it is
+//! done. If an instruction before it traps, the `matmul` is dropped (it has only read weights).
 //!
 //! Memory: a line port, one request per cycle (32-byte lines; reads answered in order with the request's
 //! `m_tag` echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 3 for the attention unit;
@@ -87,8 +92,19 @@ pub struct Top<const R: usize> {
     vec_side_idle: Signal<Local, Bit>,
     /// A unit reports a trap this cycle: nothing is issued (the core stops issuing from the next cycle).
     any_trap: Signal<Local, Bit>,
+    /// A unit other than the matrix unit reports a trap: an early `matmul` (after that instruction) is dropped.
+    other_trap: Signal<Local, Bit>,
+    /// `kvappend`s in the attention unit's queue; a `matmul` is issued early only when none is pending.
+    kv_queued: DFF<Bits<3>>,
+    kv_push: Signal<Local, Bit>,
+    kv_pop: Signal<Local, Bit>,
+    early_ok: Signal<Local, Bit>,
+    /// The other units are idle (the matrix unit's `go`): it owns the scratchpad and RED.
+    mat_go: Signal<Local, Bit>,
+    op_kvappend: Constant<Bits<8>>,
     vscale: Constant<Bits<16>>,
     kv_index: Constant<Bits<16>>,
+    attn_heads: Constant<Bits<16>>,
 }
 
 impl<const R: usize> Top<R> {
@@ -142,8 +158,16 @@ impl<const R: usize> Top<R> {
             mat_side_idle: Default::default(),
             vec_side_idle: Default::default(),
             any_trap: Default::default(),
+            other_trap: Default::default(),
+            kv_queued: Default::default(),
+            kv_push: Default::default(),
+            kv_pop: Default::default(),
+            early_ok: Default::default(),
+            mat_go: Default::default(),
+            op_kvappend: crate::ctrl::constant(u64::from(crate::ctrl::decode::opcode("kvappend"))),
             vscale: crate::ctrl::constant(u64::from(opu_hw::isa::Csr::VScale as u8) * 32),
             kv_index: crate::ctrl::constant(u64::from(opu_hw::isa::Csr::KvIndex as u8) * 32),
+            attn_heads: crate::ctrl::constant(u64::from(opu_hw::isa::Csr::AttnHeads as u8) * 32),
         }
     }
 }
@@ -151,6 +175,7 @@ impl<const R: usize> Top<R> {
 impl<const R: usize> Logic for Top<R> {
     #[hdl_gen]
     fn update(&mut self) {
+        dff_setup!(self, clock, kv_queued);
         self.mmio.clock.next = self.clock.val();
         self.core.clock.next = self.clock.val();
         self.dma.clock.next = self.clock.val();
@@ -215,13 +240,22 @@ impl<const R: usize> Logic for Top<R> {
             | (bit_cast::<4, 1>(self.mat_side_idle.val().into()) << 1)
             | (bit_cast::<4, 1>(self.vec_side_idle.val().into()) << 2)
             | (bit_cast::<4, 1>(self.att_side_idle.val().into()) << 3));
-        self.any_trap.next = self.dma.trap_valid.val() | self.mat.trap_valid.val() | self.vec.trap_valid.val() | self.att.trap_valid.val();
+        self.other_trap.next = self.dma.trap_valid.val() | self.vec.trap_valid.val() | self.att.trap_valid.val();
+        self.any_trap.next = self.other_trap.val() | self.mat.trap_valid.val();
+        // A `matmul` is issued early, while the vector or the attention unit still works through the
+        // instructions before it: its loader streams its first groups meanwhile, and its compute waits for
+        // `go`. Not while the DMA unit works (it shares the scratchpad port and writes device memory), nor
+        // while a `kvappend` is queued or runs (a device-memory write that the weights might overlap).
+        self.early_ok.next = self.dma_side_idle.val() & (self.kv_queued.q.val() == 0) & !self.att.kv_writing.val();
+        // (not in the cycle another unit's trap flushes the matrix unit: that unit is idle then)
+        self.mat_go.next = self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.other_trap.val();
+        self.mat.go.next = self.mat_go.val();
         self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
         self.dma_q.push_word.next = self.core.iss_word.val();
         self.dma_q.push_pc.next = self.core.iss_pc.val();
         self.dma_q.push_reg.next = self.core.iss_reg.val();
         self.dma_q.push_aux.next = 0.into();
-        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
+        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.early_ok.val() & !self.any_trap.val();
         self.mat_q.push_word.next = self.core.iss_word.val();
         self.mat_q.push_pc.next = self.core.iss_pc.val();
         self.mat_q.push_reg.next = self.core.iss_reg.val();
@@ -239,9 +273,10 @@ impl<const R: usize> Logic for Top<R> {
         // the attention unit reads the CSRs head_dim, kv_stride, attn_scale, kv_present (codes 0..4) and
         // kv_index (bits 128..160)
         self.att_q.push_aux.next = bit_cast::<AUX_BITS, 128>(self.core.iss_csr.val().get_bits::<128>(0))
-            | (bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.kv_index.val().index())) << 128);
+            | (bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.kv_index.val().index())) << 128)
+            | (bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.attn_heads.val().index())) << 160);
         self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into())
-            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into()) << 1)
+            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.early_ok.val() & !self.any_trap.val()).into()) << 1)
             | (bit_cast::<4, 1>((self.vec_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into()) << 2)
             | (bit_cast::<4, 1>((self.att_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val()).into()) << 3);
         // a unit takes the head when idle; after its trap the queued instructions are dropped
@@ -255,7 +290,7 @@ impl<const R: usize> Logic for Top<R> {
         self.mat.iss_word.next = self.mat_q.pop_word.val();
         self.mat.iss_pc.next = self.mat_q.pop_pc.val();
         self.mat_q.pop.next = self.mat.iss_ready.val() & self.mat_q.pop_valid.val() & !self.mat.trap_valid.val();
-        self.mat_q.flush.next = self.core.flush.val() | self.mat.trap_valid.val();
+        self.mat_q.flush.next = self.core.flush.val() | self.mat.trap_valid.val() | self.other_trap.val();
         self.vec.iss_valid.next = self.vec_q.pop_valid.val() & !self.vec.trap_valid.val();
         self.vec.iss_word.next = self.vec_q.pop_word.val();
         self.vec.iss_pc.next = self.vec_q.pop_pc.val();
@@ -269,13 +304,28 @@ impl<const R: usize> Logic for Top<R> {
         self.att.iss_aux.next = self.att_q.pop_aux.val();
         self.att_q.pop.next = self.att.iss_ready.val() & self.att_q.pop_valid.val() & !self.att.trap_valid.val();
         self.att_q.flush.next = self.core.flush.val() | self.att.trap_valid.val();
+        // `kvappend`s in the attention unit's queue (after the queue's push, pop and flush above: read back
+        // within this block, they must be assigned first)
+        // (a push counts when the queue takes it: the core holds a `kvappend` on the port while the queue is full)
+        self.kv_push.next = self.att_q.push.val() & self.att_q.push_ready.val() & (self.core.iss_word.val().get_bits::<8>(0) == self.op_kvappend.val());
+        self.kv_pop.next = self.att_q.pop.val() & (self.att_q.pop_word.val().get_bits::<8>(0) == self.op_kvappend.val());
+        if self.kv_push.val() & !self.kv_pop.val() {
+            self.kv_queued.d.next = self.kv_queued.q.val() + 1;
+        }
+        if !self.kv_push.val() & self.kv_pop.val() {
+            self.kv_queued.d.next = self.kv_queued.q.val() - 1;
+        }
+        if self.att_q.flush.val() | self.reset.val() | (self.mmio.start.val() & !self.core.busy.val()) {
+            self.kv_queued.d.next = 0.into();
+        }
         self.att.flush.next = self.core.flush.val();
         self.core.units_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val();
         self.core.progress.next = self.dma.progress.val() | self.mat.progress.val() | self.vec.progress.val() | self.att.progress.val();
         self.dma.flush.next = self.core.flush.val();
-        self.mat.flush.next = self.core.flush.val();
+        self.mat.flush.next = self.core.flush.val() | self.other_trap.val();
         self.vec.flush.next = self.core.flush.val();
-        // one side runs at a time, so at most one unit traps
+        // one side runs at a time, except an early `matmul`'s beside the instructions before it: the core
+        // keeps the trap with the lowest pc, and those come first here
         self.core.utrap_valid.next = self.any_trap.val();
         self.core.utrap_code.next = self.dma.trap_code.val();
         self.core.utrap_pc.next = self.dma.trap_pc.val();
@@ -347,7 +397,7 @@ impl<const R: usize> Logic for Top<R> {
         self.spm.waddr.next = self.dma.s_waddr.val();
         self.spm.wdata.next = self.dma.s_wdata.val();
         self.spm.raddr.next = self.dma.s_raddr.val();
-        if !self.mat.idle.val() {
+        if !self.mat.idle.val() & self.mat_go.val() {
             self.spm.we.next = self.mat.s_we.val();
             self.spm.waddr.next = self.mat.s_waddr.val();
             self.spm.wdata.next = self.mat.s_wdata.val();
@@ -378,7 +428,8 @@ impl<const R: usize> Logic for Top<R> {
         self.red.we.next = self.vec.red_we.val();
         self.red.waddr.next = self.vec.red_waddr.val();
         self.red.wdata.next = self.vec.red_wdata.val();
-        if !self.mat.idle.val() {
+        // (an early `matmul` reads and writes RED only once the others are idle)
+        if !self.mat.idle.val() & self.mat_go.val() {
             self.red.raddr.next = self.mat.red_raddr.val();
             self.red.we.next = self.mat.red_we.val();
             self.red.waddr.next = self.mat.red_waddr.val();

@@ -173,6 +173,23 @@ fn attn_equals_the_functional_simulator() {
 /// functional simulator. Covers the fetch running ahead of the scores and the updates and wrapping the rings,
 /// updates that follow each other at once (many chunks) and after the lanes drain (few), and presence
 /// lines past the first.
+/// Random bytes with finite FP16 queries at [`Q_MEM`] and K/V rows in two layers' regions (`[k0, v0, k1, v1]`,
+/// `region` bytes each), and `n` presence bytes at `pres`, each absent with probability `1 / absent_one_in`.
+fn two_layers_data(rng: &mut Rng, regions: [u64; 4], region: u64, pres: u64, n: u64, absent_one_in: u64) -> Vec<u8> {
+    let mut d: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
+    let spans = [(Q_MEM, 0xF00, 4.0)].into_iter().chain(regions.map(|r| (r, region, 3.0)));
+    for (from, bytes, spread) in spans {
+        for i in (0..bytes).step_by(2) {
+            let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * spread);
+            d[(from + i) as usize..(from + i + 2) as usize].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    for i in 0..n {
+        d[(pres + i) as usize] = u8::from(rng.below(absent_one_in) != 0);
+    }
+    d
+}
+
 #[test]
 fn attn_streams_long_contexts_equal_the_functional_simulator() {
     if !models_or_skip("RTL attn over long contexts vs functional simulator") {
@@ -184,16 +201,7 @@ fn attn_streams_long_contexts_equal_the_functional_simulator() {
     for (case, (hd, group, kvh, len)) in [(128u32, 3u32, 1u32, 48u32), (16, 1, 3, 300), (64, 5, 2, 90), (32, 2, 0, 130)].into_iter().enumerate() {
         let row = u64::from(hd) * 2;
         assert!(u64::from(len) * row <= REGION);
-        let mut d: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
-        for (from, bytes, spread) in [(Q_MEM, 0xF00, 4.0), (k0, REGION, 3.0), (v0, REGION, 3.0), (k1, REGION, 3.0), (v1, REGION, 3.0)] {
-            for i in (0..bytes).step_by(2) {
-                let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * spread);
-                d[(from + i) as usize..(from + i + 2) as usize].copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        for i in 0..0x200 {
-            d[(pres + i) as usize] = u8::from(rng.below(4) != 0);
-        }
+        let d = two_layers_data(&mut rng, [k0, v0, k1, v1], REGION, pres, 0x200, 4);
         let (stride, head_bytes, scale) = (hd * 2 / 32, group * hd * 2, (1.0 / (hd as f32).sqrt()).to_bits());
         let attn = |k: u64, v: u64, to: u64| {
             format!(
@@ -441,4 +449,74 @@ fn route_traps_equal_the_functional_simulator() {
         compare_with_func(&text, &d);
         eprintln!("trap equal: {what}");
     }
+}
+
+/// `attn` over several KV heads (the `attn_heads` CSR): their rows side by side in each K (V) row, each KV
+/// head's query heads padded to even in the unit (a score pass takes two of one KV head), the history slot
+/// holding all of them. Two layers (the second with absent positions served by the history where its width
+/// holds the heads, else every position present), against the functional simulator; and the traps of
+/// `attn_heads` beyond the unit.
+#[test]
+fn attn_over_several_kv_heads_equals_the_functional_simulator() {
+    if !models_or_skip("RTL attn over several KV heads vs functional simulator") {
+        return;
+    }
+    const REGION: u64 = 0x3000;
+    let (k0, v0, k1, v1, pres, out) = (0x1000, 0x4000, 0x7000, 0xA000, 0xD000u64, 0xE000u64);
+    let width = u64::from(opu_hw::OverlayConfig::sim().kv_history_width);
+    let mut rng = Rng(0x4a7_0006);
+    // (head_dim, group, heads, kvh, positions): Llama-7B's heads of 128 eight at a time, SmolLM2's three
+    // groups of 3, sixteen padded heads of one and of two, odd groups
+    let cases = [(128u32, 1u32, 8u32, 0u32, 6u32), (64, 3, 3, 0, 20), (32, 2, 4, 2, 40), (16, 1, 8, 0, 48), (64, 5, 2, 0, 12), (32, 3, 4, 1, 9), (16, 7, 2, 3, 17)];
+    for (case, (hd, group, heads, kvh, len)) in cases.into_iter().enumerate() {
+        assert!(opu_hw::isa::attn_heads_fit(heads.into(), group.into(), hd.into()));
+        let row = u64::from(heads * hd) * 2;
+        assert!(u64::from(len) * row <= REGION);
+        let d = two_layers_data(&mut rng, [k0, v0, k1, v1], REGION, pres, 0x100, 3);
+        let (stride, bytes, scale) = (row / 32, heads * group * hd * 2, (1.0 / (hd as f32).sqrt()).to_bits());
+        let attn = |k: u64, v: u64, to: u64| {
+            format!(
+                "attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\nstore spm={} mem={} bytes={bytes} idx=r0 stride=0\n",
+                D_SPM / 4,
+                Q_SPM / 4,
+                k / 32,
+                v / 32,
+                D_SPM / 4,
+                to / 32
+            )
+        };
+        let history = u64::from(kvh + heads) * u64::from(hd) <= width;
+        let layer1 = if history { format!("csrw csr=kv_present rs=r0 imm={}\n", pres / 32) } else { String::new() };
+        let p = format!(
+            "load spm={} mem={} bytes={bytes} idx=r0 stride=0\n\
+             csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\ncsrw csr=attn_scale rs=r0 imm={scale}\n\
+             seti rd=r5 imm={heads}\ncsrw csr=attn_heads rs=r5 imm=0\nseti rd=r4 imm={len}\n{}{layer1}{}end\n",
+            Q_SPM / 4,
+            Q_MEM / 32,
+            attn(k0, v0, out),
+            attn(k1, v1, out + 0x800),
+        );
+        let cycles = compare_with_func(&p, &d);
+        eprintln!("case {case}: head_dim {hd}, group {group}, {heads} KV heads from {kvh}, {len} positions, history {history}: {cycles} cycles");
+    }
+    let d = attn_data(&mut rng);
+    let ok = "csrw csr=head_dim rs=r0 imm=64\ncsrw csr=kv_stride rs=r0 imm=12\nseti rd=r4 imm=12";
+    for (what, heads, m) in [
+        ("9 KV heads", 9u32, "attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180"),
+        ("3 KV heads of 5 (18 padded heads)", 3, "attn group=5 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180"),
+        ("17 x 64 elements", 17, "attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180"),
+        ("a CSR past 4 bits", 0x1_0002, "attn group=1 kvh=0 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180"),
+        ("queries of 6 heads past the scratchpad", 2, "attn group=3 kvh=0 len=r4 dst=0x400 q=0x3FF80 k=0x80 v=0x180"),
+    ] {
+        let text = format!("{ok}\nseti rd=r5 imm={heads}\ncsrw csr=attn_heads rs=r5 imm=0\nseti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
+        compare_with_func(&text, &d);
+        eprintln!("trap equal: {what}");
+    }
+    // KV heads 3 and 4 of 64 do not fit the history's 256 elements (kvh 3 alone would): an absent position traps
+    let text = format!(
+        "{ok}\nseti rd=r5 imm=2\ncsrw csr=attn_heads rs=r5 imm=0\ncsrw csr=kv_present rs=r0 imm={}\n\
+         attn group=1 kvh=3 len=r4 dst=0x400 q=0x100 k=0x80 v=0x180\nend\n",
+        PRES / 32
+    );
+    compare_with_func(&text, &d);
 }

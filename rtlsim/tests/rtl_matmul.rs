@@ -8,7 +8,10 @@
 
 mod common;
 
-use common::{compare_with_func, models_or_skip, WINDOW};
+use common::{compare_with_func, models_or_skip, run_program, WINDOW};
+use opu_hw::device::Device;
+use opu_hw::isa::{assemble, encode_program};
+use opu_hw::regs;
 use opu_hw::numerics::{WeightFormat, BLOCK};
 use opu_rtl::testing::{act_block, weight_block, ActKind, Rng};
 /// Where the tests put the activations, the weights and the old outputs in device memory.
@@ -214,5 +217,98 @@ fn matmul_traps_equal_the_functional_simulator() {
         let text = format!("seti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
         compare_with_func(&text, &data);
         eprintln!("trap equal: {what}");
+    }
+}
+
+/// Where the early-issue tests keep the replacement weights, the query and the K/V rows.
+const NEW_WEIGHTS: u64 = 0x5000;
+const EARLY_Q: u64 = 0x4000;
+const EARLY_K: u64 = 0xE000;
+const EARLY_V: u64 = 0xE800;
+
+/// A `matmul` is issued while the attention unit still works through the instructions before it (the
+/// top's early issue: its loader streams meanwhile, its compute waits for the others). Against the
+/// functional simulator, which runs one instruction after the other (and, since a trapped run's counters
+/// are not compared by `compare_with_func`, MACS and BYTES_READ read after every run):
+/// - an `attn`, then a `kvappend` that overwrites the `matmul`'s weights: the loader must not read them
+///   before they are written (the `matmul` is not issued while a `kvappend` is queued or runs);
+/// - six `kvappend`s, more than the attention unit's queue holds, then the `matmul` (which waits for them:
+///   the count of those queued must not count a push the full queue refused);
+/// - an `attn` queued behind another traps after the `matmul` was issued: the `matmul` is dropped (no
+///   MACs, no bytes), the trap is the `attn`'s;
+/// - the early `matmul` traps itself while the `attn` before it runs: the `attn` completes (its MACs and
+///   K/V bytes are counted), the trap is the `matmul`'s.
+#[test]
+fn an_early_matmul_equals_the_functional_simulator() {
+    if !models_or_skip("RTL early matmul vs functional simulator") {
+        return;
+    }
+    let case = Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 64, cols: 128, red: 0, w_off: 0, far: false };
+    let mut rng = Rng(0xea71_0001);
+    let mut data = case.data(&mut rng);
+    // valid weight blocks to overwrite the first 2,048 bytes of the weights with (finite outputs either way)
+    let mut at = NEW_WEIGHTS as usize;
+    while at < NEW_WEIGHTS as usize + 2048 {
+        let b = weight_block(&mut rng, case.fmt, false);
+        let n = b.len().min(NEW_WEIGHTS as usize + 2048 - at);
+        data[at..at + n].copy_from_slice(&b[..n]);
+        at += n;
+    }
+    for (from, bytes) in [(EARLY_Q, 128u64), (EARLY_K, 0x400), (EARLY_V, 0x400)] {
+        for i in (0..bytes).step_by(2) {
+            let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * 3.0);
+            data[(from + i) as usize..(from + i + 2) as usize].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    let acts = format!("load spm=0 mem={} bytes=256 idx=r0 stride=0\n", ACTS / 32);
+    let matmul = |w: u64| format!("matmul fmt=w4m out=f16 acc=0 red=none ntok=1 dst=0x800 src=0 rows=64 cols=128 w={w}\n");
+    let store = format!("store spm=0x800 mem={} bytes=128 idx=r0 stride=0\n", OUT / 32);
+    let attn_setup = format!(
+        "load spm=0x100 mem={} bytes=128 idx=r0 stride=0\n\
+         csrw csr=head_dim rs=r0 imm=64\ncsrw csr=kv_stride rs=r0 imm=4\ncsrw csr=attn_scale rs=r0 imm={}\nseti rd=r4 imm=8\n",
+        EARLY_Q / 32,
+        0.125f32.to_bits()
+    );
+    let attn = |dst: u32| format!("attn group=1 kvh=0 len=r4 dst={dst:#x} q=0x100 k={} v={}\n", EARLY_K / 32, EARLY_V / 32);
+    let programs = [
+        (
+            "a kvappend behind an attn overwrites the weights",
+            format!(
+                "{acts}load spm=0x400 mem={} bytes=2048 idx=r0 stride=0\n{attn_setup}{}\
+                 csrw csr=head_dim rs=r0 imm=512\ncsrw csr=kv_stride rs=r0 imm=64\n\
+                 kvappend pos=r0 ksrc=0x400 vsrc=0x500 k={} v={}\n{}{store}end\n",
+                NEW_WEIGHTS / 32,
+                attn(0x140),
+                WEIGHTS / 32,
+                WEIGHTS / 32 + 32,
+                matmul(WEIGHTS / 32)
+            ),
+        ),
+        (
+            "six kvappends (the queue full) before it",
+            format!(
+                "{acts}{attn_setup}{}{}{store}end\n",
+                (0..6)
+                    .map(|p| format!("seti rd=r5 imm={p}\nkvappend pos=r5 ksrc=0x100 vsrc=0x100 k={} v={}\n", 0x9000 / 32, 0xA000 / 32))
+                    .collect::<String>(),
+                matmul(WEIGHTS / 32)
+            ),
+        ),
+        ("an attn before it traps", format!("{acts}{attn_setup}{}{}{}{store}end\n", attn(0x140), attn(0x3FFF0), matmul(WEIGHTS / 32))),
+        ("it traps itself", format!("{acts}{attn_setup}{}{}{store}end\n", attn(0x140), matmul(0x1FFFFFF))),
+    ];
+    for (what, text) in programs {
+        let cycles = compare_with_func(&text, &data);
+        {
+            let code = encode_program(&assemble(&text).unwrap()).unwrap();
+            let config = opu_hw::OverlayConfig::sim();
+            let (mut func, mut rtl) = (opu_sim::FuncSim::new(&config), opu_rtlsim::RtlSim::new(&config).unwrap());
+            run_program("functional simulator", &mut func, &code, &data);
+            run_program("RTL", &mut rtl, &code, &data);
+            for (name, reg) in [("MACS", regs::MACS_LO), ("BYTES_READ", regs::BYTES_READ_LO)] {
+                assert_eq!(rtl.mmio_read64(reg).unwrap(), func.mmio_read64(reg).unwrap(), "{what}: {name}");
+            }
+        }
+        eprintln!("{what}: equal, {cycles} cycles");
     }
 }

@@ -366,3 +366,69 @@ fn a_row_index_outside_device_memory_traps() {
     expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 5, u64::from(at) * 32 + 32);
     assert_eq!(sim.stats().bytes_written, 0);
 }
+
+/// `attn` over several KV heads (`attn_heads`): each head's rows side by side in a position's K (V) row,
+/// each with its group of query heads, is the attention of each head by hand (`opu_hw` arithmetic), layer 1
+/// with absent positions served by the history (all heads' slots), counters per KV head.
+#[test]
+fn several_kv_heads_are_each_head_computed_by_hand() {
+    const HEADS: usize = 3;
+    const G: usize = 2;
+    // KV heads 12..15 of 16: the history's 256 elements hold them all (the last one exactly)
+    const KVH: usize = 12;
+    let mut r = rng(26);
+    let mut sim = sim();
+    let len = 5usize;
+    // rows[t][h]: position t's K (V) of KV head h
+    let gen = |r: &mut rand::rngs::StdRng| -> Vec<Vec<Vec<u16>>> { (0..len).map(|_| (0..HEADS).map(|_| small_f16s(r, HD, 2.0)).collect()).collect() };
+    let (k0, v0, k1, v1) = (gen(&mut r), gen(&mut r), gen(&mut r), gen(&mut r));
+    let put = |sim: &mut opu_sim::FuncSim, at: u32, rows: &[Vec<Vec<u16>>]| {
+        for (t, row) in rows.iter().enumerate() {
+            mem_put(sim, at + (t * HEADS) as u32, &f16_bytes(&row.concat()));
+        }
+    };
+    put(&mut sim, 0x2000, &k0);
+    put(&mut sim, 0x3000, &v0);
+    put(&mut sim, 0x5000, &k1);
+    put(&mut sim, 0x6000, &v1);
+    let present = [1u8, 0, 0, 1, 0];
+    mem_put(&mut sim, PRESENCE, &present);
+    let q: Vec<Vec<u16>> = (0..HEADS * G).map(|_| small_f16s(&mut r, HD, 2.0)).collect();
+    spm_put(&mut sim, 0, &f16_bytes(&q.concat()));
+    let scale = 0.25f32;
+    let text = format!(
+        "csrw csr=head_dim rs=r0 imm={HD}
+         csrw csr=kv_stride rs=r0 imm={HEADS}
+         csrw csr=attn_scale rs=r0 imm={:#x}
+         csrw csr=attn_heads rs=r0 imm={HEADS}
+         addi rd=r1 rs=r9 imm=1
+         attn group={G} kvh={KVH} len=r1 dst=0x100 q=0 k=0x2000 v=0x3000
+         csrw csr=kv_present rs=r0 imm={PRESENCE}
+         attn group={G} kvh={KVH} len=r1 dst=0x200 q=0 k=0x5000 v=0x6000
+         end",
+        scale.to_bits()
+    );
+    run_ok(&mut sim, &text, &[0, len as u32 - 1]);
+    let head = |rows: &[Vec<Vec<u16>>], h: usize| -> Vec<Vec<u16>> { rows.iter().map(|row| row[h].clone()).collect() };
+    let pick = |t: usize, a: &[Vec<Vec<u16>>], b: &[Vec<Vec<u16>>]| if present[t] != 0 { b[t].clone() } else { a[t].clone() };
+    let (k_eff, v_eff): (Vec<_>, Vec<_>) = (0..len).map(|t| (pick(t, &k0, &k1), pick(t, &v0, &v1))).unzip();
+    for h in 0..HEADS {
+        let qh = &q[h * G..(h + 1) * G];
+        let want0 = expected(qh, &head(&k0, h), &head(&v0, h), scale);
+        assert_eq!(to_f16s(&spm_get(&sim, 0x100 + (h * G * HD / 2) as u32, 2 * G * HD)), want0, "layer 0, KV head {h}");
+        let want1 = expected(qh, &head(&k_eff, h), &head(&v_eff, h), scale);
+        assert_eq!(to_f16s(&spm_get(&sim, 0x200 + (h * G * HD / 2) as u32, 2 * G * HD)), want1, "layer 1, KV head {h}");
+        for t in 0..len {
+            let (hk, hv) = sim.history(t);
+            let at = (KVH + h) * HD;
+            assert_eq!((&hk[at..at + HD], &hv[at..at + HD]), (&k_eff[t][h][..], &v_eff[t][h][..]), "slot {t}, KV head {h}");
+        }
+    }
+    let s = sim.stats();
+    assert_eq!(s.kv_history_hits, (3 * HEADS) as u64);
+    assert_eq!(s.macs, 2 * (2 * HEADS * G * len * HD) as u64);
+    // beyond the unit: 5 KV heads of 2 (padded 2) is 10 heads, fine; 9 of 2 is 18, BAD_OPERAND
+    let bad = "csrw csr=head_dim rs=r0 imm=16\ncsrw csr=attn_heads rs=r0 imm=9\naddi rd=r1 rs=r0 imm=1\nattn group=2 kvh=0 len=r1 dst=0x100 q=0 k=0x2000 v=0x3000\nend";
+    let e = run(&mut sim, bad, &[]).unwrap_err().to_string();
+    assert!(e.contains("BAD_OPERAND") || e.contains("bad operand"), "{e}");
+}

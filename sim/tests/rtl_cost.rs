@@ -59,31 +59,52 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     // the attention unit (head size 64 as SmolLM2, groups of 1 to 5, up to 128 positions; and head sizes 32
     // and 128; every position present)
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00", 98),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 505),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=2;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 521),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=3;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 537),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=4;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 553),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 617),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=16;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 745),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1001),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=64;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1513),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=128;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 2537),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 476),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 836),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=2 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 540),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=2 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 900),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=4 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 681),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=4 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1065),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=5 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 807),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=5 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1383),
-    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 355),
-    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 460),
-    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 469),
-    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 574),
-    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 403),
-    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 529),
-    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 577),
-    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 801),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 416),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=2;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 432),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=3;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 448),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=4;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 464),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 528),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=16;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 656),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 912),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=64;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1424),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=128;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 2448),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 479),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 839),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=2 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 495),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=2 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 855),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=4 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 544),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=4 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 928),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=5 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 626),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=32;attn group=5 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1202),
+    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 358),
+    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 463),
+    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 380),
+    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=4;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 485),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 406),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 539),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 488),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=16;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 712),
+    // attn over several KV heads (`attn_heads`): SmolLM2's 3 groups of 3, Llama-7B's 8 heads of 128 at a
+    // time, 4 groups of 4, 8 heads of 16
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=3;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 910),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=3;addi rd=r1 rs=r0 imm=32;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 2062),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=64;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=8;addi rd=r1 rs=r0 imm=1;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 884),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=64;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=8;addi rd=r1 rs=r0 imm=8;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 1801),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=64;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=8;addi rd=r1 rs=r0 imm=64;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 9137),
+    ("csrw csr=head_dim rs=r0 imm=32;csrw csr=kv_stride rs=r0 imm=8;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=4;addi rd=r1 rs=r0 imm=8;attn group=4 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 758),
+    ("csrw csr=head_dim rs=r0 imm=16;csrw csr=kv_stride rs=r0 imm=8;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=8;addi rd=r1 rs=r0 imm=16;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 721),
+    // a matmul issued early, behind vector or attention work (its loader fills the ring meanwhile), and
+    // behind a kvappend (not early: it waits for the write)
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1872),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 859),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=576 cols=1536 w=0x1000", 8953),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2250),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1699),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 4054),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 909),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 603),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w8 out=f32 ntok=2 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 1034),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=576 w=0x1000", 1144),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=576", 358),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=64", 230),
 ];
@@ -101,7 +122,16 @@ fn the_cycle_estimate_is_a_model_of_the_rtl() {
         eprintln!("model {:>6} RTL {:>6} {:+6.2}%  {program}", c.cycles, rtl, 100.0 * err);
         // one token: the RTL's schedule, to a couple of cycles; several tokens: an average of the readout's
         // conflicts with the activation reads
-        let bound = if program.contains("ntok=") && !program.contains("ntok=1 ") { 0.08 } else { 0.01 };
+        // conflicts with the activation reads; a matmul behind other work whose groups are all in the ring
+        // before its compute may start: about 20 cycles more on the RTL than the model's group-to-group step
+        let early = program.contains("matmul") && !program.starts_with("matmul");
+        let bound = if program.contains("ntok=") && !program.contains("ntok=1 ") {
+            0.08
+        } else if early {
+            0.03
+        } else {
+            0.01
+        };
         assert!(err.abs() <= bound, "{program}: model {} cycles, RTL {rtl}", c.cycles);
         if err.abs() > worst.0 {
             worst = (err.abs(), program);

@@ -319,6 +319,8 @@ csrs! {
     /// Line address of this layer's KV row index (a u32 row per position: where `attn` and `kvappend` find
     /// the position's K and V); 0xFFFFFFFF: the row is the position.
     KvIndex = 12, "kv_index";
+    /// KV heads per `attn` (consecutive heads from `kvh`, their rows side by side); 0 counts as 1.
+    AttnHeads = 13, "attn_heads";
 }
 
 impl Field for Csr {

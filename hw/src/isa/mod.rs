@@ -31,6 +31,20 @@ pub const NUM_PREDS: usize = 8;
 /// Entries of the reduction file (one per token of a batch): RED[0..64].
 pub const NUM_RED: usize = 64;
 
+/// Query heads an `attn` may hold, each KV head's `group` padded to even (the attention unit's softmax
+/// rows and query buffers: a score pass takes two query heads of one KV head).
+pub const ATTN_MAX_PADDED_HEADS: u64 = 16;
+/// K (V) elements an `attn` reads per position over its KV heads (the attention unit's K and V rings hold
+/// four positions of them).
+pub const ATTN_MAX_ROW_ELEMS: u64 = 1024;
+
+/// Whether an `attn` over `heads` KV heads (the `attn_heads` CSR, 0 counting as 1) of `group` query heads
+/// each, of `head_dim`, fits the attention unit (docs/isa.md, `attn`); else it traps BAD_OPERAND.
+pub fn attn_heads_fit(heads: u64, group: u64, head_dim: u64) -> bool {
+    let heads = heads.max(1);
+    heads.saturating_mul(2 * group.div_ceil(2)) <= ATTN_MAX_PADDED_HEADS && heads.saturating_mul(head_dim) <= ATTN_MAX_ROW_ELEMS
+}
+
 /// Layout of one field of an instruction.
 #[derive(Clone, Copy, Debug)]
 pub struct FieldSpec {

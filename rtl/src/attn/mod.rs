@@ -177,6 +177,8 @@ pub struct AttentionUnit {
     pub iss_reg: Signal<In, Bits<32>>,
     pub iss_aux: Signal<In, Bits<AUX_BITS>>,
     pub idle: Signal<Out, Bit>,
+    /// A `kvappend` runs (it writes device memory): the top issues no `matmul` ahead of it.
+    pub kv_writing: Signal<Out, Bit>,
     pub progress: Signal<Out, Bit>,
     pub trap_valid: Signal<Out, Bit>,
     pub trap_code: Signal<Out, Bits<4>>,
@@ -255,6 +257,9 @@ pub struct AttentionUnit {
     idx_line: DFF<Bits<32>>,
     idx_valid: DFF<Bit>,
     group: DFF<Bits<4>>,
+    /// The `attn_heads` CSR as issued, then the KV heads `H` (1..=8, checked at AChk0).
+    hcsr: DFF<Bits<32>>,
+    heads: DFF<Bits<4>>,
     kvh: DFF<Bits<8>>,
     dst: DFF<Bits<20>>,
     qsrc: DFF<Bits<20>>,
@@ -292,11 +297,19 @@ pub struct AttentionUnit {
     /// LoadQ: the read's head and line, and the captured one.
     qg: DFF<Bits<4>>,
     ql: DFF<Bits<8>>,
+    /// LoadQ: the query head's slot within its KV head's group, and its KV head's first pass.
+    qgg: DFF<Bits<4>>,
+    qpb: DFF<Bits<4>>,
+    /// The captured line's pass (its line in the query buffers: pass x head_dim / 16 + line).
+    qcap_p: DFF<Bits<4>>,
     qcap_v: DFF<Bit>,
     qcap_g: DFF<Bits<4>>,
     qcap_l: DFF<Bits<8>>,
     /// Score: the pass (two heads), its beat, the beat read last cycle; lane 1's score waiting for the softmax.
     pass: DFF<Bits<4>>,
+    /// The pass within its KV head, and its KV head's first K line in the position's lines.
+    kpp: DFF<Bits<4>>,
+    koff: DFF<Bits<8>>,
     beat: DFF<Bits<8>>,
     qbase: DFF<Bits<9>>,
     sc_v: DFF<Bit>,
@@ -307,6 +320,11 @@ pub struct AttentionUnit {
     smcnt: DFF<Bits<5>>,
     /// Update and output: the head, the chunk, the head's first output line, the chunk read last cycle.
     ug: DFF<Bits<4>>,
+    /// The head's slot within its KV head's padded group (`2 ceil(group / 2)` slots); its KV head's first V
+    /// line in the position's lines; the next real head's first output chunk.
+    ugs: DFF<Bits<4>>,
+    voff: DFF<Bits<8>>,
+    rbase: DFF<Bits<11>>,
     ui: DFF<Bits<8>>,
     obase: DFF<Bits<11>>,
     u_v: DFF<Bit>,
@@ -344,6 +362,8 @@ pub struct AttentionUnit {
     /// Cycles since the update engine started its position.
     u_gap: DFF<Bits<8>>,
 
+    /// The instruction running is a `kvappend`.
+    kv_op: DFF<Bit>,
     // ---- route
     is_route: DFF<Bit>,
     pd: DFF<Bits<3>>,
@@ -391,6 +411,7 @@ pub struct AttentionUnit {
     csr_scale: Constant<Bits<8>>,
     csr_kvp: Constant<Bits<8>>,
     csr_kvi: Constant<Bits<8>>,
+    csr_heads: Constant<Bits<8>>,
     c_bad: Constant<Bits<4>>,
     c_mem: Constant<Bits<4>>,
     c_spm: Constant<Bits<4>>,
@@ -459,6 +480,27 @@ pub struct AttentionUnit {
     rs_v: Signal<Local, Bits<8>>,
     hb0: Signal<Local, Bits<32>>,
     npass: Signal<Local, Bits<4>>,
+    /// Passes per KV head (`ceil(group / 2)`), heads per KV head padded to even, all the (padded) heads
+    /// `vh = H x hpad`, real query heads `H x group`; a position's K (V) lines `H x head_dim / 16` and the
+    /// fetch's lines (K's then V's); the bytes of a position's K (V) rows.
+    npp: Signal<Local, Bits<4>>,
+    hpad: Signal<Local, Bits<5>>,
+    vh: Signal<Local, Bits<5>>,
+    qh: Signal<Local, Bits<5>>,
+    nlh: Signal<Local, Bits<8>>,
+    nfetch: Signal<Local, Bits<8>>,
+    arow_bytes: Signal<Local, Bits<32>>,
+    /// The `attn_heads` CSR with 0 counting as 1; whether it fits the unit's buffers.
+    heff: Signal<Local, Bits<32>>,
+    /// Recip: the head whose `recip(l)` comes out of the pipeline this cycle.
+    rw_head: Signal<Local, Bits<8>>,
+    /// The products behind `vh`, `qh` and `nlh` (16 x 16 bits).
+    vh_p: Signal<Local, Bits<32>>,
+    qh_p: Signal<Local, Bits<32>>,
+    nlh_p: Signal<Local, Bits<32>>,
+    heads_bad: Signal<Local, Bit>,
+    /// The update's, the recip's or the output's head is padding (no such query head).
+    ug_pad: Signal<Local, Bit>,
     nbeat: Signal<Local, Bits<8>>,
     nchunk: Signal<Local, Bits<8>>,
     lane_go: Signal<Local, Bit>,
@@ -507,6 +549,7 @@ impl AttentionUnit {
             iss_reg: Default::default(),
             iss_aux: Default::default(),
             idle: Default::default(),
+            kv_writing: Default::default(),
             progress: Default::default(),
             trap_valid: Default::default(),
             trap_code: Default::default(),
@@ -566,6 +609,8 @@ impl AttentionUnit {
             idx_line: Default::default(),
             idx_valid: Default::default(),
             group: Default::default(),
+            hcsr: Default::default(),
+            heads: Default::default(),
             kvh: Default::default(),
             dst: Default::default(),
             qsrc: Default::default(),
@@ -593,11 +638,16 @@ impl AttentionUnit {
             rq: Default::default(),
             rs: Default::default(),
             qg: Default::default(),
+            qgg: Default::default(),
+            qpb: Default::default(),
+            qcap_p: Default::default(),
             ql: Default::default(),
             qcap_v: Default::default(),
             qcap_g: Default::default(),
             qcap_l: Default::default(),
             pass: Default::default(),
+            kpp: Default::default(),
+            koff: Default::default(),
             beat: Default::default(),
             qbase: Default::default(),
             sc_v: Default::default(),
@@ -607,6 +657,9 @@ impl AttentionUnit {
             hold_score: Default::default(),
             smcnt: Default::default(),
             ug: Default::default(),
+            ugs: Default::default(),
+            voff: Default::default(),
+            rbase: Default::default(),
             ui: Default::default(),
             obase: Default::default(),
             u_v: Default::default(),
@@ -632,6 +685,7 @@ impl AttentionUnit {
             u_busy: Default::default(),
             u_zero: Default::default(),
             u_gap: Default::default(),
+            kv_op: Default::default(),
             is_route: Default::default(),
             pd: Default::default(),
             mark: Default::default(),
@@ -675,6 +729,7 @@ impl AttentionUnit {
             csr_kvp: k(32 * Csr::KvPresent as u64),
             // the queue's auxiliary operand carries kv_index after the CSRs 0..4
             csr_kvi: k(128),
+            csr_heads: k(160),
             c_bad: k(ErrorCode::BadOperand as u64),
             c_mem: k(ErrorCode::MemOutOfRange as u64),
             c_spm: k(ErrorCode::ScratchpadOutOfRange as u64),
@@ -733,6 +788,20 @@ impl AttentionUnit {
             rs_v: Default::default(),
             hb0: Default::default(),
             npass: Default::default(),
+            npp: Default::default(),
+            hpad: Default::default(),
+            vh: Default::default(),
+            qh: Default::default(),
+            nlh: Default::default(),
+            nfetch: Default::default(),
+            arow_bytes: Default::default(),
+            heff: Default::default(),
+            rw_head: Default::default(),
+            vh_p: Default::default(),
+            qh_p: Default::default(),
+            nlh_p: Default::default(),
+            heads_bad: Default::default(),
+            ug_pad: Default::default(),
             nbeat: Default::default(),
             nchunk: Default::default(),
             lane_go: Default::default(),
@@ -767,11 +836,11 @@ impl Logic for AttentionUnit {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, state, pc, pos, ksrc, vsrc, kline, vline, hd, stride, scale, kvp, kvi, idx, idx_line, idx_valid, group, kvh, dst, qsrc, krow,
+            self, clock, state, pc, pos, ksrc, vsrc, kline, vline, hd, stride, scale, kvp, kvi, idx, idx_line, idx_valid, group, hcsr, heads, kvh, dst, qsrc, krow,
             vrow, mark_byte, li, second, trap_r, trap_code_r, trap_info_r, rd_total, wr_total, macs_total, hits_total,
-            outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, dpass, rq, rs, qg, ql,
+            outstanding, scan, width_ok, t, hbase, pres, pres_line, pres_valid, dpass, rq, rs, qg, ql, qgg, qpb, qcap_p, kpp, koff, ugs, voff, rbase,
             qcap_v, qcap_g, qcap_l, pass, beat, qbase, sc_v, sc_beat, hold_v, hold_row, hold_score, smcnt, ug, ui,
-            obase, u_v, u_chunk, u_half, u_upd, lanes_busy, rwait, is_route, pd, mark, mval, cols, rb0, rb1, ch_line, xcap_v,
+            obase, u_v, u_chunk, u_half, u_upd, lanes_busy, rwait, kv_op, is_route, pd, mark, mval, cols, rb0, rb1, ch_line, xcap_v,
             xcap_l, sc_first, sc_last, skipped_total, misses_total, fst, ring_used, tr, kw, hb_r, ts, ks, s_busy, s_gap,
             d_first, hold_first, sm_pos, tu, vu, u_busy, u_zero, u_gap
         );
@@ -830,6 +899,7 @@ impl Logic for AttentionUnit {
         self.is_route_op.next = self.opc.val() == self.op_route.val();
         self.supported.next = (self.opc.val() == self.op_kvappend.val()) | self.is_attn.val() | self.is_route_op.val();
         self.idle.next = self.state.q.val() == AttnState::Idle;
+        self.kv_writing.next = (self.state.q.val() != AttnState::Idle) & self.kv_op.q.val();
         self.iss_ready.next = (self.state.q.val() == AttnState::Idle) & self.supported.val() & !self.trap_r.q.val();
         self.progress.next = false;
         self.trap_valid.next = self.trap_r.q.val();
@@ -852,8 +922,27 @@ impl Logic for AttentionUnit {
         self.nl.next = self.hd.q.val().get_bits::<8>(4);
         self.nbeat.next = self.nl.val() << 1;
         self.nchunk.next = self.nl.val() << 1;
-        self.npass.next = (self.group.q.val() + 1) >> 1;
-        self.heads_bytes.next = (bit_cast::<16, 4>(self.group.q.val()) * self.hd.q.val().get_bits::<16>(0)) << 1;
+        self.npp.next = (self.group.q.val() + 1) >> 1;
+        self.hpad.next = bit_cast::<5, 4>(self.npp.val()) << 1;
+        self.vh_p.next = bit_cast::<16, 4>(self.heads.q.val()) * bit_cast::<16, 5>(self.hpad.val());
+        self.vh.next = self.vh_p.val().get_bits::<5>(0);
+        self.npass.next = self.vh.val().get_bits::<4>(1);
+        self.qh_p.next = bit_cast::<16, 4>(self.heads.q.val()) * bit_cast::<16, 4>(self.group.q.val());
+        self.qh.next = self.qh_p.val().get_bits::<5>(0);
+        self.nlh_p.next = bit_cast::<16, 4>(self.heads.q.val()) * bit_cast::<16, 8>(self.nl.val());
+        self.nlh.next = self.nlh_p.val().get_bits::<8>(0);
+        self.nfetch.next = self.nlh.val() << 1;
+        self.arow_bytes.next = bit_cast::<32, 8>(self.nlh.val()) << 5;
+        self.heads_bytes.next = (bit_cast::<16, 5>(self.qh.val()) * self.hd.q.val().get_bits::<16>(0)) << 1;
+        // KV heads per `attn`: at most 16 (padded) query heads and 1,024 K (V) elements per position
+        self.heff.next = self.hcsr.q.val();
+        if self.hcsr.q.val() == 0 {
+            self.heff.next = 1.into();
+        }
+        self.heads_bad.next = (self.heff.val() > 8)
+            | ((bit_cast::<16, 4>(self.heff.val().get_bits::<4>(0)) * bit_cast::<16, 5>(self.hpad.val())) > 16)
+            | ((bit_cast::<16, 4>(self.heff.val().get_bits::<4>(0)) * self.hd.q.val().get_bits::<16>(0)) > 1024);
+        self.ug_pad.next = bit_cast::<5, 4>(self.ugs.q.val()) >= bit_cast::<5, 4>(self.group.q.val());
         // ---- the row index: position `t`'s line of 8 entries and its entry
         self.indexed.next = self.kvi.q.val() != self.ones32.val();
         self.idx_need.next = self.t.q.val() >> 3;
@@ -872,7 +961,7 @@ impl Logic for AttentionUnit {
             + (bit_cast::<72, 32>(self.p_lh.val()) << 16)
             + (bit_cast::<72, 32>(self.p_hl.val()) << 16)
             + (bit_cast::<72, 32>(self.p_hh.val()) << 32);
-        self.p_a.next = (bit_cast::<16, 8>(self.kvh.q.val()) + 1) * self.hd.q.val().get_bits::<16>(0);
+        self.p_a.next = (bit_cast::<16, 8>(self.kvh.q.val()) + bit_cast::<16, 4>(self.heads.q.val())) * self.hd.q.val().get_bits::<16>(0);
         self.hb0.next = bit_cast::<16, 8>(self.kvh.q.val()) * bit_cast::<16, 8>(self.nl.val());
 
         // ---- span checks: the scratchpad span and the memory span of the state, their first faulting bytes
@@ -903,6 +992,9 @@ impl Logic for AttentionUnit {
         }
         self.mem_start.next = self.krow.q.val() << 5;
         self.mem_len.next = bit_cast::<72, 32>(self.row_bytes.val());
+        if self.state.q.val() == AttnState::PosGo {
+            self.mem_len.next = bit_cast::<72, 32>(self.arow_bytes.val());
+        }
         if (self.state.q.val() == AttnState::Check4) | (self.second.q.val() & (self.state.q.val() == AttnState::PosGo)) {
             self.mem_start.next = self.vrow.q.val() << 5;
         }
@@ -968,8 +1060,8 @@ impl Logic for AttentionUnit {
 
         // ---- memory and scratchpad defaults: kvappend's row line, read the cycle before it is offered
         self.kv_line.next = self.krow.q.val() + bit_cast::<72, 8>(self.rq.q.val());
-        if self.rq.q.val() >= self.nl.val() {
-            self.kv_line.next = self.vrow.q.val() + bit_cast::<72, 8>(self.rq.q.val() - self.nl.val());
+        if self.rq.q.val() >= self.nlh.val() {
+            self.kv_line.next = self.vrow.q.val() + bit_cast::<72, 8>(self.rq.q.val() - self.nlh.val());
         }
         self.row_line.next = self.krow.q.val() + bit_cast::<72, 8>(self.li.q.val());
         self.s_raddr.next = self.ksrc.q.val() + (bit_cast::<20, 8>(self.li.q.val()) << 3);
@@ -1012,7 +1104,7 @@ impl Logic for AttentionUnit {
         // ---- RAM defaults
         self.qbuf0.write_enable.next = false;
         self.qbuf1.write_enable.next = false;
-        self.qwa.next = (bit_cast::<16, 3>(self.qcap_g.q.val().get_bits::<3>(1)) * bit_cast::<16, 8>(self.nl.val())) + bit_cast::<32, 8>(self.qcap_l.q.val());
+        self.qwa.next = (bit_cast::<16, 4>(self.qcap_p.q.val()) * bit_cast::<16, 8>(self.nl.val())) + bit_cast::<32, 8>(self.qcap_l.q.val());
         self.qbuf0.write_address.next = self.qwa.val().get_bits::<9>(0);
         self.qbuf1.write_address.next = self.qbuf0.write_address.val();
         self.qbuf0.write_data.next = self.s_rdata.val();
@@ -1024,14 +1116,14 @@ impl Logic for AttentionUnit {
         self.beat_l.next = self.beat.q.val() >> 1;
         self.kbuf.read_address.next = self.beat_l.val();
         if self.state.q.val() == AttnState::Run {
-            self.kbuf.read_address.next = self.ks.q.val() + self.beat_l.val();
+            self.kbuf.read_address.next = self.ks.q.val() + self.koff.q.val() + self.beat_l.val();
         }
         self.kbuf.write_enable.next = false;
         self.kbuf.write_address.next = self.kw.q.val() + self.rs.q.val();
         self.kbuf.write_data.next = self.m_rdata.val();
-        self.vbuf.read_address.next = self.vu.q.val() + self.ui.q.val();
+        self.vbuf.read_address.next = self.vu.q.val() + self.voff.q.val() + self.ui.q.val();
         self.vbuf.write_enable.next = false;
-        self.rs_v.next = self.rs.q.val() - self.nl.val();
+        self.rs_v.next = self.rs.q.val() - self.nlh.val();
         self.vbuf.write_address.next = self.kw.q.val() + self.rs_v.val();
         self.vbuf.write_data.next = self.m_rdata.val();
         self.hist_k.read_address.next = self.hbase.q.val() + bit_cast::<HIST_LINE_BITS, 8>(self.rq.q.val());
@@ -1067,7 +1159,8 @@ impl Logic for AttentionUnit {
         self.lreg.write_data.next = self.reduce.sm_l.val();
         self.rreg.read_address.next = self.ug.q.val();
         self.rreg.write_enable.next = false;
-        self.rreg.write_address.next = self.ug.q.val();
+        self.rw_head.next = self.rwait.q.val() - self.recip_wait.val();
+        self.rreg.write_address.next = self.rw_head.val().get_bits::<4>(0);
         self.rreg.write_data.next = self.recip.y.val();
         self.recip.x.next = self.lreg.read_data.val();
 
@@ -1133,7 +1226,7 @@ impl Logic for AttentionUnit {
                 self.slane.tag.next = bits::<TAG_BITS>(0x9000) | (bit_cast::<TAG_BITS, 4>(self.dpass.q.val()) << 1);
             }
             // the pass's second head, when the group has it
-            if (bit_cast::<5, 4>(self.dpass.q.val()) << 1) + 1 < bit_cast::<5, 4>(self.group.q.val()) {
+            if (bit_cast::<5, 4>(self.dpass.q.val()) << 1) + 1 < self.vh.val() {
                 self.hold_v.d.next = true;
                 self.hold_row.d.next = (self.dpass.q.val() << 1) + 1;
                 self.hold_score.d.next = self.router.l1.val();
@@ -1341,7 +1434,7 @@ impl Logic for AttentionUnit {
             self.cp.write_enable.next = true;
             self.lreg.write_enable.next = true;
             self.smcnt.d.next = self.smcnt.q.val() + 1;
-            if self.smcnt.q.val() + 1 == bit_cast::<5, 4>(self.group.q.val()) {
+            if self.smcnt.q.val() + 1 == self.vh.val() {
                 self.smcnt.d.next = 0.into();
                 self.sm_pos.d.next = self.sm_pos.q.val() + 1;
             }
@@ -1369,9 +1462,11 @@ impl Logic for AttentionUnit {
                     self.scale.d.next = self.iss_aux.val().get_bits::<32>(self.csr_scale.val().index());
                     self.kvp.d.next = self.iss_aux.val().get_bits::<32>(self.csr_kvp.val().index());
                     self.kvi.d.next = self.iss_aux.val().get_bits::<32>(self.csr_kvi.val().index());
+                    self.hcsr.d.next = self.iss_aux.val().get_bits::<32>(self.csr_heads.val().index());
                     self.idx_valid.d.next = false;
                     self.mval.d.next = true;
                     self.is_route.d.next = false;
+                    self.kv_op.d.next = !self.is_route_op.val() & !self.is_attn.val();
                     self.state.d.next = AttnState::Check0;
                     if self.is_route_op.val() {
                         self.is_route.d.next = true;
@@ -1610,9 +1705,11 @@ impl Logic for AttentionUnit {
                     | (self.hd.q.val() > 1023)
                     | (self.group.q.val() == 0)
                     | (self.t.q.val() == 0)
+                    | self.heads_bad.val()
                 {
                     self.raise.next = true;
                 }
+                self.heads.d.next = self.heff.val().get_bits::<4>(0);
             }
             AttnState::AChk1 => {
                 self.state.d.next = AttnState::AChk2;
@@ -1627,7 +1724,7 @@ impl Logic for AttentionUnit {
                 self.state.d.next = AttnState::AChk4;
                 self.krow.d.next = bit_cast::<72, 32>(self.kline.q.val()) + self.pstride.val();
                 self.vrow.d.next = bit_cast::<72, 32>(self.vline.q.val()) + self.pstride.val();
-                self.width_ok.d.next = bit_cast::<32, 16>(self.p_a.val().get_bits::<16>(0)) <= self.hist_width.val();
+                self.width_ok.d.next = self.p_a.val() <= self.hist_width.val();
                 self.chk_mem.next = self.kvp.q.val() != self.ones32.val();
                 if self.indexed.val() {
                     self.state.d.next = AttnState::AChk3i;
@@ -1643,8 +1740,8 @@ impl Logic for AttentionUnit {
                 // positions in order
                 self.scan.d.next = true;
                 if !self.indexed.val()
-                    & !((self.krow.q.val() << 5) + bit_cast::<72, 32>(self.row_bytes.val()) > self.mem_bytes.val())
-                    & !((self.vrow.q.val() << 5) + bit_cast::<72, 32>(self.row_bytes.val()) > self.mem_bytes.val())
+                    & !((self.krow.q.val() << 5) + bit_cast::<72, 32>(self.arow_bytes.val()) > self.mem_bytes.val())
+                    & !((self.vrow.q.val() << 5) + bit_cast::<72, 32>(self.arow_bytes.val()) > self.mem_bytes.val())
                     & ((self.kvp.q.val() == self.ones32.val()) | ((self.t.q.val() <= self.hist_slots.val()) & self.width_ok.q.val()))
                 {
                     self.scan.d.next = false;
@@ -1663,6 +1760,8 @@ impl Logic for AttentionUnit {
                 self.second.d.next = false;
                 self.qg.d.next = 0.into();
                 self.ql.d.next = 0.into();
+                self.qgg.d.next = 0.into();
+                self.qpb.d.next = 0.into();
                 // the engines start at position 0 with empty rings
                 self.ring_used.d.next = 0.into();
                 self.tr.d.next = 0.into();
@@ -1688,15 +1787,22 @@ impl Logic for AttentionUnit {
             }
             AttnState::LoadQ => {
                 // query line (qg, ql) is read now, captured next cycle
+                // (query head qg is slot qgg of its KV head, whose passes start at qpb)
                 self.qcap_v.d.next = true;
-                self.qcap_g.d.next = self.qg.q.val();
+                self.qcap_g.d.next = self.qgg.q.val();
+                self.qcap_p.d.next = self.qpb.q.val() + (self.qgg.q.val() >> 1);
                 self.qcap_l.d.next = self.ql.q.val();
                 self.ql.d.next = self.ql.q.val() + 1;
                 self.progress.next = true;
                 if self.ql.q.val() + 1 == self.nl.val() {
                     self.ql.d.next = 0.into();
                     self.qg.d.next = self.qg.q.val() + 1;
-                    if self.qg.q.val() + 1 == self.group.q.val() {
+                    self.qgg.d.next = self.qgg.q.val() + 1;
+                    if self.qgg.q.val() + 1 == self.group.q.val() {
+                        self.qgg.d.next = 0.into();
+                        self.qpb.d.next = self.qpb.q.val() + self.npp.val();
+                    }
+                    if bit_cast::<5, 4>(self.qg.q.val()) + 1 == self.qh.val() {
                         if self.kvp.q.val() != self.ones32.val() {
                             self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.pos.q.val());
                         }
@@ -1786,38 +1892,51 @@ impl Logic for AttentionUnit {
                     self.fst.d.next = FetchState::Idle;
                     self.state.d.next = AttnState::Recip;
                     self.ug.d.next = 0.into();
+                    self.ugs.d.next = 0.into();
                     self.rwait.d.next = 0.into();
                 }
             }
             AttnState::Recip => {
-                // recip(l) of head ug: l read at the first cycle, the result rwait cycles later
+                // recip(l) of every (padded) head through the pipeline: head ug's l is read at cycle ug, its
+                // recip written `recip_wait` cycles later (a padding head's too: never read)
                 self.rwait.d.next = self.rwait.q.val() + 1;
-                if self.rwait.q.val() == self.recip_wait.val() {
-                    self.rreg.write_enable.next = true;
-                    self.rwait.d.next = 0.into();
+                if bit_cast::<5, 4>(self.ug.q.val()) + 1 < self.vh.val() {
                     self.ug.d.next = self.ug.q.val() + 1;
-                    self.progress.next = true;
-                    if self.ug.q.val() + 1 == self.group.q.val() {
+                }
+                self.progress.next = true;
+                if self.rwait.q.val() >= self.recip_wait.val() {
+                    self.rreg.write_enable.next = true;
+                    if self.rw_head.val() + 1 == bit_cast::<8, 5>(self.vh.val()) {
                         self.state.d.next = AttnState::Out;
                         self.ug.d.next = 0.into();
+                        self.ugs.d.next = 0.into();
                         self.ui.d.next = 0.into();
                         self.obase.d.next = 0.into();
+                        self.rbase.d.next = 0.into();
                     }
                 }
             }
             AttnState::Out => {
-                // chunk `obase + ui` of the heads (ui's parity: its buffer)
-                self.u_v.d.next = true;
+                // chunk `obase + ui` of the (padded) heads (ui's parity: its buffer), to the real head's output
+                // chunk `rbase + ui`; a padding head is passed over in a cycle
+                self.u_v.d.next = !self.ug_pad.val();
                 self.u_upd.d.next = false;
-                self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
+                self.u_chunk.d.next = self.rbase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
                 self.u_half.d.next = self.ui.q.val().get_bit(0);
                 self.ui.d.next = self.ui.q.val() + 1;
                 self.progress.next = true;
-                if self.ui.q.val() + 1 == self.nchunk.val() {
+                if (self.ui.q.val() + 1 == self.nchunk.val()) | self.ug_pad.val() {
                     self.ui.d.next = 0.into();
                     self.ug.d.next = self.ug.q.val() + 1;
+                    self.ugs.d.next = self.ugs.q.val() + 1;
+                    if bit_cast::<5, 4>(self.ugs.q.val()) + 1 == self.hpad.val() {
+                        self.ugs.d.next = 0.into();
+                    }
                     self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nchunk.val());
-                    if self.ug.q.val() + 1 == self.group.q.val() {
+                    if !self.ug_pad.val() {
+                        self.rbase.d.next = self.rbase.q.val() + bit_cast::<11, 8>(self.nchunk.val());
+                    }
+                    if bit_cast::<5, 4>(self.ug.q.val()) + 1 == self.vh.val() {
                         self.state.d.next = AttnState::OutWait;
                     }
                 }
@@ -1914,16 +2033,16 @@ impl Logic for AttentionUnit {
                 self.fst.d.next = FetchState::Go;
             }
             FetchState::Go => {
-                if self.ring_used.q.val() + bit_cast::<9, 8>(self.nl.val()) <= self.ring_lines.val() {
+                if self.ring_used.q.val() + bit_cast::<9, 8>(self.nlh.val()) <= self.ring_lines.val() {
                     self.rq.d.next = 0.into();
                     if self.is_present.val() {
-                        self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.row_bytes.val() << 1);
-                        self.misses_total.d.next = self.misses_total.q.val() + 1;
+                        self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 32>(self.arow_bytes.val() << 1);
+                        self.misses_total.d.next = self.misses_total.q.val() + bit_cast::<32, 4>(self.heads.q.val());
                         self.ring_add.next = true;
                         self.fst.d.next = FetchState::Req;
                     } else if self.outstanding.q.val() == 0 {
                         // the slot's lines go into the rings in position order: after every line in flight
-                        self.hits_total.d.next = self.hits_total.q.val() + 1;
+                        self.hits_total.d.next = self.hits_total.q.val() + bit_cast::<32, 4>(self.heads.q.val());
                         self.ring_add.next = true;
                         self.fst.d.next = FetchState::Hist;
                     }
@@ -1934,19 +2053,19 @@ impl Logic for AttentionUnit {
                 self.m_req.next = true;
                 if self.m_req_ready.val() {
                     self.rq.d.next = self.rq.q.val() + 1;
-                    if self.rq.q.val() + 1 == self.nbeat.val() {
+                    if self.rq.q.val() + 1 == self.nfetch.val() {
                         self.f_adv.next = true;
                     }
                 }
             }
             FetchState::Hist => {
                 // the slot's K and V lines, read now and written into the rings next cycle
-                if self.rq.q.val() < self.nl.val() {
+                if self.rq.q.val() < self.nlh.val() {
                     self.qcap_v.d.next = true;
                     self.qcap_l.d.next = self.rq.q.val();
                     self.rq.d.next = self.rq.q.val() + 1;
                 }
-                if self.qcap_v.q.val() & (self.qcap_l.q.val() + 1 == self.nl.val()) {
+                if self.qcap_v.q.val() & (self.qcap_l.q.val() + 1 == self.nlh.val()) {
                     self.progress.next = true;
                     self.f_adv.next = true;
                     self.r_adv.next = true;
@@ -1985,21 +2104,21 @@ impl Logic for AttentionUnit {
         if (self.state.q.val() == AttnState::Run) & self.m_resp.val() & (self.fst.q.val() != FetchState::PresWait) & (self.fst.q.val() != FetchState::IdxWait) {
             self.progress.next = true;
             self.rs.d.next = self.rs.q.val() + 1;
-            if self.rs.q.val() < self.nl.val() {
+            if self.rs.q.val() < self.nlh.val() {
                 self.kbuf.write_enable.next = true;
                 self.hist_k.write_enable.next = self.slot_r_ok.val();
             } else {
                 self.vbuf.write_enable.next = true;
                 self.hist_v.write_enable.next = self.slot_r_ok.val();
             }
-            if self.rs.q.val() + 1 == self.nbeat.val() {
+            if self.rs.q.val() + 1 == self.nfetch.val() {
                 self.rs.d.next = 0.into();
                 self.r_adv.next = true;
             }
         }
         if self.r_adv.val() {
             self.tr.d.next = self.tr.q.val() + 1;
-            self.kw.d.next = self.kw.q.val() + self.nl.val();
+            self.kw.d.next = self.kw.q.val() + self.nlh.val();
             self.hb_r.d.next = self.hb_r.q.val() + self.hist_w16.val();
         }
 
@@ -2023,6 +2142,8 @@ impl Logic for AttentionUnit {
             self.s_busy.d.next = true;
             self.s_gap.d.next = 1.into();
             self.pass.d.next = 0.into();
+            self.kpp.d.next = 0.into();
+            self.koff.d.next = 0.into();
             self.beat.d.next = 0.into();
             self.qbase.d.next = 0.into();
         }
@@ -2035,15 +2156,23 @@ impl Logic for AttentionUnit {
                 self.beat.d.next = 0.into();
                 self.pass.d.next = self.pass.q.val() + 1;
                 self.qbase.d.next = self.qbase.q.val() + bit_cast::<9, 8>(self.nl.val());
+                // the next pass's KV head: its K lines follow the previous head's
+                self.kpp.d.next = self.kpp.q.val() + 1;
+                if self.kpp.q.val() + 1 == self.npp.val() {
+                    self.kpp.d.next = 0.into();
+                    self.koff.d.next = self.koff.q.val() + self.nl.val();
+                }
                 if self.pass.q.val() + 1 == self.npass.val() {
                     self.s_busy.d.next = self.s_more.val();
                     if self.s_more.val() {
                         self.s_gap.d.next = 1.into();
                     }
                     self.pass.d.next = 0.into();
+                    self.kpp.d.next = 0.into();
+                    self.koff.d.next = 0.into();
                     self.qbase.d.next = 0.into();
                     self.ts.d.next = self.ts.q.val() + 1;
-                    self.ks.d.next = self.ks.q.val() + self.nl.val();
+                    self.ks.d.next = self.ks.q.val() + self.nlh.val();
                 }
             }
         }
@@ -2066,30 +2195,41 @@ impl Logic for AttentionUnit {
             self.u_gap.d.next = 1.into();
             self.u_busy.d.next = true;
             self.ug.d.next = 0.into();
+            self.ugs.d.next = 0.into();
+            self.voff.d.next = 0.into();
             self.ui.d.next = 0.into();
             self.obase.d.next = 0.into();
         }
         if self.u_busy.q.val() {
-            // pair ui (V's line ui) of head ug: output lines `obase + ui` of both buffers
-            self.u_v.d.next = true;
+            // pair ui (V's line ui) of head ug: output lines `obase + ui` of both buffers; a padding head is
+            // passed over in a cycle
+            self.u_v.d.next = !self.ug_pad.val();
             self.u_upd.d.next = true;
             self.u_zero.d.next = self.tu.q.val() == 0;
             self.u_chunk.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.ui.q.val());
             self.ui.d.next = self.ui.q.val() + 1;
             self.progress.next = true;
-            if self.ui.q.val() + 1 == self.nl.val() {
+            if (self.ui.q.val() + 1 == self.nl.val()) | self.ug_pad.val() {
                 self.ui.d.next = 0.into();
                 self.ug.d.next = self.ug.q.val() + 1;
                 self.obase.d.next = self.obase.q.val() + bit_cast::<11, 8>(self.nl.val());
-                if self.ug.q.val() + 1 == self.group.q.val() {
+                // the next head's KV head: its V lines follow the previous head's
+                self.ugs.d.next = self.ugs.q.val() + 1;
+                if bit_cast::<5, 4>(self.ugs.q.val()) + 1 == self.hpad.val() {
+                    self.ugs.d.next = 0.into();
+                    self.voff.d.next = self.voff.q.val() + self.nl.val();
+                }
+                if bit_cast::<5, 4>(self.ug.q.val()) + 1 == self.vh.val() {
                     self.u_busy.d.next = self.u_more.val();
                     if self.u_more.val() {
                         self.u_gap.d.next = 1.into();
                     }
                     self.ug.d.next = 0.into();
+                    self.ugs.d.next = 0.into();
+                    self.voff.d.next = 0.into();
                     self.obase.d.next = 0.into();
                     self.tu.d.next = self.tu.q.val() + 1;
-                    self.vu.d.next = self.vu.q.val() + self.nl.val();
+                    self.vu.d.next = self.vu.q.val() + self.nlh.val();
                     self.ring_sub.next = true;
                     self.macs_total.d.next = self.macs_total.q.val() + bit_cast::<64, 32>(self.heads_bytes.val());
                 }
@@ -2097,10 +2237,10 @@ impl Logic for AttentionUnit {
         }
         self.ring_used.d.next = self.ring_used.q.val();
         if self.ring_add.val() & !self.ring_sub.val() {
-            self.ring_used.d.next = self.ring_used.q.val() + bit_cast::<9, 8>(self.nl.val());
+            self.ring_used.d.next = self.ring_used.q.val() + bit_cast::<9, 8>(self.nlh.val());
         }
         if !self.ring_add.val() & self.ring_sub.val() {
-            self.ring_used.d.next = self.ring_used.q.val() - bit_cast::<9, 8>(self.nl.val());
+            self.ring_used.d.next = self.ring_used.q.val() - bit_cast::<9, 8>(self.nlh.val());
         }
 
         if self.chk_spm.val() & (self.spm_start.val() + self.spm_len.val() > self.spm_bytes.val()) {

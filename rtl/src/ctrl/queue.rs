@@ -7,9 +7,9 @@
 use rust_hdl::prelude::*;
 
 /// Entries of a queue.
-pub const QUEUE_DEPTH: usize = 4;
+pub const QUEUE_DEPTH: usize = opu_hw::config::ISSUE_QUEUE_DEPTH as usize;
 /// Bits of the auxiliary operand (the attention unit's five CSRs).
-pub const AUX_BITS: usize = 160;
+pub const AUX_BITS: usize = 192;
 /// An entry: word (bits 0..128), pc (128..160), register operand (160..192), auxiliary operand (192..352).
 pub const ENTRY_BITS: usize = 192 + AUX_BITS;
 

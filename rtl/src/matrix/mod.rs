@@ -63,7 +63,8 @@ pub enum MatrixState {
     Check4,
     /// Weight span in device memory.
     Check5,
-    /// Start of a row group: waits until the loader has it in the weight buffer, takes its geometry.
+    /// Start of a row group: waits until the loader has it in the weight buffer (and for the first, until
+    /// `go`), takes its geometry.
     Group,
     /// Compute: start of a token.
     Token,
@@ -176,6 +177,10 @@ pub struct Matrix {
     pub clock: Signal<In, Clock>,
     pub reset: Signal<In, Bit>,
     pub flush: Signal<In, Bit>,
+    /// The other units are idle: the compute may start. A `matmul` is issued early, while another unit
+    /// still works through the instructions before it (the top's issue rule); its checks and its loader
+    /// run at once, and its first group's compute waits for `go` (it reads and writes the scratchpad).
+    pub go: Signal<In, Bit>,
 
     // ---- issue (from the core, through the unit's queue)
     pub iss_valid: Signal<In, Bit>,
@@ -246,6 +251,9 @@ pub struct Matrix {
     trap_code_r: DFF<Bits<4>>,
     trap_info_r: DFF<Bits<64>>,
     rd_total: DFF<Bits<64>>,
+    /// The weight bytes of the `matmul` checked, counted in `rd_total` once its compute starts (an early
+    /// `matmul` dropped after another unit's trap has not run).
+    rd_pend: DFF<Bits<48>>,
     macs_total: DFF<Bits<64>>,
     outstanding: DFF<Bits<16>>,
 
@@ -474,6 +482,7 @@ impl Matrix {
             clock: Default::default(),
             reset: Default::default(),
             flush: Default::default(),
+            go: Default::default(),
             iss_valid: Default::default(),
             iss_ready: Default::default(),
             iss_word: Default::default(),
@@ -530,6 +539,7 @@ impl Matrix {
             trap_code_r: Default::default(),
             trap_info_r: Default::default(),
             rd_total: Default::default(),
+            rd_pend: Default::default(),
             macs_total: Default::default(),
             outstanding: Default::default(),
             rows_left: Default::default(),
@@ -712,7 +722,7 @@ impl Logic for Matrix {
     fn update(&mut self) {
         dff_setup!(
             self, clock, state, pc, fmt, f32o, accf, redm, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
-            src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, macs_total, outstanding, rows_left,
+            src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, rd_pend, macs_total, outstanding, rows_left,
             grows, gbyte, gout, nbeats, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
@@ -1000,7 +1010,7 @@ impl Logic for Matrix {
                         self.raise_info.next = bit_cast::<64, 48>(self.mem_bytes.val());
                     }
                 } else {
-                    self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.w_len.val());
+                    self.rd_pend.d.next = self.w_len.val();
                     // the loader starts with group 0 in entry 0 at ring position 0, the whole ring free
                     self.lstate.d.next = LoadState::Group;
                     self.l_rows_left.d.next = self.rows.q.val();
@@ -1015,10 +1025,13 @@ impl Logic for Matrix {
                 }
             }
             MatrixState::Group => {
-                self.macs_total.d.next = self.macs_total.q.val() + self.mac_count.q.val();
-                self.mac_count.d.next = 0.into();
-                // the group of entry c_buf, once the loader has it
-                if (self.ready.q.val() & (bits::<4>(1) << bit_cast::<4, 2>(self.c_buf.q.val()))) != 0 {
+                // the group of entry c_buf, once the loader has it (and the other units are idle); the
+                // `matmul`'s MACs and bytes count from its first group's compute
+                if self.go.val() & ((self.ready.q.val() & (bits::<4>(1) << bit_cast::<4, 2>(self.c_buf.q.val()))) != 0) {
+                    self.macs_total.d.next = self.macs_total.q.val() + self.mac_count.q.val();
+                    self.mac_count.d.next = 0.into();
+                    self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.rd_pend.q.val());
+                    self.rd_pend.d.next = 0.into();
                     self.grows.d.next = self.e_grows.val();
                     self.o0.d.next = self.e_o0.val();
                     self.c_base.d.next = self.e_base.val();
@@ -1417,6 +1430,7 @@ pub fn matrix_top(config: &OverlayConfig) -> Result<Matrix, crate::emit::EmitErr
         clock,
         reset,
         flush,
+        go,
         iss_valid,
         iss_word,
         iss_pc,

@@ -13,7 +13,8 @@
 //! - `attn`: the first position's chain (the queries, the memory latency, the scores, the softmax, the
 //!   update, then `recip(l)` and the outputs per head), and one period per further position: the positions
 //!   stream through the unit's fetch, score and update engines, so a position costs its slowest engine
-//!   (for SmolLM2's group of 3 heads of 64, the scores' 16 cycles). Assumes every position present (an
+//!   (for SmolLM2's group of 3 heads of 64, the scores' 16 cycles). Over `attn_heads` KV heads the chain is
+//!   paid once for all of them, each KV head's group padded to even as the unit pads it. Assumes every position present (an
 //!   absent one that follows present ones waits for their lines, a memory latency, which the model
 //!   ignores); `kvappend`, `route`;
 //! - DMA: a read pays the memory latency once per row, then a line per cycle; a write a line per cycle;
@@ -22,7 +23,8 @@
 //!   a few hundred cycles of SmolLM2's 1.7 million).
 //!
 //! Instructions follow each other (the RTL's units take turns: docs/isa.md's interlock at the granularity
-//! of units). The constants were fitted on the RTL under Verilator (`sim` preset, memory latency 64) with
+//! of units), except that a `matmul` issued behind vector or attention work streams its first groups
+//! meanwhile ([`LoaderLead`]): it costs its cycles from when those units are idle. The constants were fitted on the RTL under Verilator (`sim` preset, memory latency 64) with
 //! `opu exec --backend rtl --json` on single instructions of SmolLM2's shapes; `sim/tests/rtl_cost.rs`
 //! holds the model to a table of those measurements. At other configs the model scales the same design
 //! (lanes, memory latency, the memory's bytes per cycle as the weight port's beat), which the RTL builds
@@ -31,7 +33,8 @@
 //! `STALL_CYCLES`: the cycles of a `matmul` in which the array had no block to take (its cycles less its
 //! compute steps); 0 for the other instructions.
 
-use opu_hw::isa::{Instr, RopeStyle};
+use opu_hw::config::ISSUE_QUEUE_DEPTH;
+use opu_hw::isa::{ExecUnit, Instr, RopeStyle};
 use opu_hw::numerics::vector::{DType, VecOp};
 use opu_hw::numerics::WeightFormat;
 use opu_hw::OverlayConfig;
@@ -77,16 +80,19 @@ mod rtl {
     pub const MATMUL_NEXT_GROUP: u64 = 15;
     /// A token after the first of a group loses this many cycles to the readout's scratchpad accesses.
     pub const MATMUL_TOKEN_CONFLICT: u64 = 7;
+    /// An early-issued `matmul`: the cycles between the issue of the last instruction it overlaps and its
+    /// own (the core's decode, the queue, the unit taking it) that its loader does not run ahead.
+    pub const MATMUL_EARLY_ISSUE: u64 = 4;
     /// The matrix unit's last cycles after the last group's outputs.
     pub const MATMUL_FINISH: u64 = 2;
     /// The vector unit: checks, the lanes' depth and the store.
     pub const VECTOR_BASE: u64 = 198;
     /// `rmsnorm`: the inverse root of a row (its `rms_inv` through a lane) before the row streams.
     pub const RMS_INV: u64 = 191;
-    /// `attn`: checks, the first position's memory latency and the depths of the router, the scale lane,
-    /// the softmax and the lanes.
-    pub const ATTN_BASE: u64 = 214;
-    /// `attn` per head: `recip(l)` (its 45 stages and the write).
+    /// `attn`: checks and the depths of the router, the scale lane, the softmax and the lanes, besides the
+    /// first position's memory latency (fitted as 214 cycles in all at the `sim` preset's latency of 64).
+    pub const ATTN_BASE: u64 = 150;
+    /// `attn`: `recip(l)`'s pipeline (45 stages and the write), which takes a head per cycle.
     pub const ATTN_RECIP: u64 = 46;
     /// `attn`: the least cycles between two positions' updates (the lanes' depth and the output buffer's
     /// read and write: a chunk is written back before the next position reads it).
@@ -136,12 +142,14 @@ impl CostModel {
     }
 
     /// `(cycles, stall_cycles)` of one executed instruction.
-    pub fn estimate(&self, instr: &Instr, w: &Work, csr_head_dim: u32) -> (u64, u64) {
+    /// `lead`: for a `matmul`, the cycles its loader runs before the other units are idle ([`LoaderLead`]);
+    /// `(head_dim, attn_heads)`: the CSRs `attn` reads.
+    pub fn estimate(&self, instr: &Instr, w: &Work, (csr_head_dim, csr_heads): (u32, u32), lead: u64) -> (u64, u64) {
         use rtl::*;
         let lat = self.mem_latency;
         match *instr {
             Instr::Matmul { fmt, out, ntok, rows, cols, w: wline, .. } => {
-                let (cycles, compute) = self.matmul(fmt, out, ntok, rows, cols, u64::from(wline) * 32);
+                let (cycles, compute) = self.matmul(fmt, out, ntok, rows, cols, u64::from(wline) * 32, lead);
                 (cycles, cycles.saturating_sub(compute))
             }
             Instr::Vop { op, rows, n, .. } => {
@@ -164,16 +172,22 @@ impl CostModel {
             }
             Instr::Argmax { n, .. } => (VECTOR_BASE + u64::from(n).div_ceil(8), 0),
             Instr::Attn { group, .. } => {
-                let (g, hd) = (u64::from(group), u64::from(csr_head_dim));
-                let (pairs, lines) = (g.div_ceil(2), hd / 16);
+                // `h` KV heads of `g` query heads each, padded to `2 ceil(g / 2)` (a score pass takes two)
+                let (g, hd, h) = (u64::from(group), u64::from(csr_head_dim), u64::from(csr_heads.max(1)));
+                let (pairs, lines) = (h * g.div_ceil(2), hd / 16);
+                let (real, padded) = (h * g, 2 * pairs);
                 // the first position in turn: the queries (a cycle per line and head), its K and V lines
-                // (2 per line), the router's beats (2 per line and pair of heads), the update (a line per
-                // head and cycle), `recip(l)` per head, the outputs (2 per line and head)
-                let first = ATTN_BASE + g * ATTN_RECIP + 2 * pairs + lines * (2 + 4 * g + 2 * pairs);
-                // then per position its slowest engine: the scores (2 beats per line and pair), the update
-                // (a line per head), the fetch (a cycle per line and two), and the gaps the softmax and the
-                // output buffer need
-                let period = (2 * pairs * lines).max(g * lines).max(2 + 2 * lines).max(ATTN_UPDATE_GAP).max(ATTN_SCORE_GAP);
+                // (2 per line and KV head), the router's beats (2 per line and pair of heads), the update (a
+                // line per head and cycle), `recip(l)` (its pipeline once: the heads follow each other into
+                // it a cycle apart, which the per-head terms above already count, as fitted on the RTL), the
+                // outputs (2 per line and head), and a cycle per padding head in the update and the outputs
+                let update = real * lines + (padded - real);
+                let first = ATTN_BASE + lat + ATTN_RECIP + 1 + (padded - real) + 2 * pairs + update
+                    + lines * (2 * h + 3 * real + 2 * pairs);
+                // then per position its slowest engine: the scores (2 beats per line and pair), the update,
+                // the fetch (a cycle per line of each KV head's K and V, and three), and the gaps the softmax
+                // and the output buffer need
+                let period = (2 * pairs * lines).max(update).max(3 + 2 * h * lines).max(ATTN_UPDATE_GAP).max(ATTN_SCORE_GAP);
                 // with a row index the rows are anywhere: every position is checked first (the scan: 3 cycles,
                 // 2 more for a present one's rows, a memory latency per presence or index line), and the
                 // fetch reads each index line with nothing in flight
@@ -201,8 +215,10 @@ impl CostModel {
         }
     }
 
-    /// `(cycles, compute steps)` of a `matmul` on the matrix unit, group by group as the RTL runs it.
-    pub fn matmul(&self, fmt: WeightFormat, out: DType, ntok: u32, rows: u32, cols: u32, w_byte: u64) -> (u64, u64) {
+    /// `(cycles, compute steps)` of a `matmul` on the matrix unit, group by group as the RTL runs it: the
+    /// cycles from when the other units are idle, the loader having started `lead` cycles before (an early
+    /// issue, [`LoaderLead`]).
+    pub fn matmul(&self, fmt: WeightFormat, out: DType, ntok: u32, rows: u32, cols: u32, w_byte: u64, lead: u64) -> (u64, u64) {
         use rtl::*;
         let lane = if fmt == WeightFormat::W4Min { MATMUL_LANE_W4MIN } else { MATMUL_LANE };
         let (block_bytes, steps) = match fmt {
@@ -221,38 +237,95 @@ impl CostModel {
         // per output chunk of 32 bytes: a lane (two rows) per cycle
         let chunk_lanes = 32 / (2 * out_bytes);
         let beat = self.beat_bytes;
-        let (mut req_free, mut compute) = (MATMUL_CHECK, 0);
+        // times in cycles from when the other units are idle (the compute may start then); the loader starts
+        // after the checks, `lead` cycles earlier when the matmul was issued early
+        let lead = i64::try_from(lead.saturating_sub(MATMUL_EARLY_ISSUE)).unwrap_or(i64::MAX / 4);
+        let (mut req_free, mut compute) = (MATMUL_CHECK as i64 - lead, 0u64);
         // the weight buffer is a ring that holds `held` groups of these rows: the loader streams group `g`
         // once the compute has read group `g - held` (the release cycles of the last `held` groups)
         let rb = u32::try_from(row_bytes).unwrap_or(u32::MAX);
         let held = u64::from(OverlayConfig::weight_groups_in_ring(self.weight_row_lines, rb));
-        let mut release = vec![0u64; held as usize];
+        let mut release = vec![0i64; held as usize];
         // when the next group's compute may start (its predecessor's last token captured), and when the
         // readout has stored the last captured token
-        let (mut next_start, mut readout_end) = (0, 0);
+        let (mut next_start, mut readout_end) = (0i64, 0i64);
+        let as_i = |c: u64| c as i64;
         for g in 0..groups {
             let grows = group.min(rows - g * group);
             let o0 = (w_byte + g * group * row_bytes) % beat;
-            let beats = (o0 + grows * row_bytes).div_ceil(beat);
+            let beats = as_i((o0 + grows * row_bytes).div_ceil(beat));
             let slot = (g % held) as usize;
             let start = if g >= held { req_free.max(release[slot] + 1) } else { req_free };
             // a cycle for the group's geometry, then a beat per cycle; the next group's geometry right after
             let last_req = start + 1 + beats - 1;
             req_free = last_req + 1;
-            let ready = last_req + self.mem_latency + 1;
-            let chunks = (grows * out_bytes).div_ceil(32);
+            let ready = last_req + as_i(self.mem_latency) + 1;
+            let chunks = as_i((grows * out_bytes).div_ceil(32));
             let mut t = ready.max(next_start);
             for k in 0..ntok {
-                t += 3 + (nb - 1) * steps + if k > 0 { MATMUL_TOKEN_CONFLICT } else { 0 };
+                t += 3 + as_i((nb - 1) * steps) + if k > 0 { as_i(MATMUL_TOKEN_CONFLICT) } else { 0 };
                 // the last step's capture waits for the hold registers
-                t = t.max(readout_end + 1) + steps;
-                readout_end = t + MATMUL_TAIL + lane + chunks * (MATMUL_CHUNK + chunk_lanes);
+                t = t.max(readout_end + 1) + as_i(steps);
+                readout_end = t + as_i(MATMUL_TAIL + lane) + chunks * as_i(MATMUL_CHUNK + chunk_lanes);
             }
             release[slot] = t;
-            next_start = t + MATMUL_NEXT_GROUP;
+            next_start = t + as_i(MATMUL_NEXT_GROUP);
             compute += ntok * nb * steps;
         }
-        (readout_end + MATMUL_FINISH, compute)
+        ((readout_end + as_i(MATMUL_FINISH)) as u64, compute)
+    }
+}
+
+/// What an early-issued `matmul` overlaps (docs/rtl.md, the issue rule): the core issues a `matmul` while
+/// the vector or the attention unit still works through the instructions before it, once the DMA unit is
+/// idle and no `kvappend` (a device-memory write the weights might overlap) is pending; the matrix unit
+/// checks it and its loader streams the first groups into the ring, and its compute starts when the other
+/// units are idle. The core runs [`ISSUE_QUEUE_DEPTH`] instructions ahead of the unit it feeds, so the
+/// loader overlaps at most that many plus the one running: the trailing run of one unit's instructions
+/// since its last `kvappend`, scalar instructions between them aside.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LoaderLead {
+    unit: Option<ExecUnit>,
+    /// Cycles of the run's instructions, the newest last.
+    run: Vec<u64>,
+}
+
+impl LoaderLead {
+    /// An instruction other than `matmul` retired in `cycles`.
+    pub fn note(&mut self, instr: &Instr, cycles: u64) {
+        match instr.spec().unit() {
+            Some(u @ (ExecUnit::Vector | ExecUnit::Attention)) => {
+                if self.unit != Some(u) {
+                    self.unit = Some(u);
+                    self.run.clear();
+                }
+                if matches!(instr, Instr::Kvappend { .. }) {
+                    self.run.clear();
+                } else {
+                    self.run.push(cycles);
+                    let keep = ISSUE_QUEUE_DEPTH as usize + 1;
+                    if self.run.len() > keep {
+                        self.run.remove(0);
+                    }
+                }
+            }
+            // the DMA unit must be idle, and these wait for every unit (or for a predicate)
+            Some(ExecUnit::Dma | ExecUnit::Matrix) => self.clear(),
+            None if matches!(instr, Instr::Ldr { .. } | Instr::Barrier {} | Instr::End {} | Instr::Skip { .. }) => self.clear(),
+            None => {}
+        }
+    }
+
+    /// The lead of a `matmul` issued now: the cycles of the run it overlaps.
+    pub fn take(&mut self) -> u64 {
+        let lead = self.run.iter().sum();
+        self.clear();
+        lead
+    }
+
+    fn clear(&mut self) {
+        self.unit = None;
+        self.run.clear();
     }
 }
 
@@ -271,8 +344,8 @@ mod tests {
         let m = CostModel::new(&OverlayConfig::sim());
         // 64 rows of 1536 W4Min columns: 4 groups of 16 x 960 bytes = 240 beats; each group costs its beats
         // plus the loader's cycle, the first also the checks and the latency, the last its compute.
-        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 64, 1536, 0x1000 * 32);
-        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 128, 1536, 0x1000 * 32);
+        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 64, 1536, 0x1000 * 32, 0);
+        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 128, 1536, 0x1000 * 32, 0);
         assert_eq!(c8 - c4, 4 * 241);
     }
 }

@@ -8,7 +8,7 @@ use opu_hw::numerics::WideAcc;
 use opu_hw::regs::ErrorCode;
 use opu_hw::OverlayConfig;
 
-use super::cost::{CostModel, Work};
+use super::cost::{CostModel, LoaderLead, Work};
 use super::kernel::Kernel;
 use super::stats::{Counters, RegionTable};
 
@@ -118,6 +118,8 @@ pub(crate) struct Machine {
     pub hist_slots: u32,
     pub hist_width: u32,
     pub cost_model: CostModel,
+    /// What the next `matmul`'s loader overlaps (the cycle model's early issue).
+    pub loader_lead: LoaderLead,
 
     pub mem: Vec<u8>,
     pub spm: Vec<u8>,
@@ -149,6 +151,7 @@ impl Machine {
             hist_slots: config.kv_history_slots,
             hist_width: config.kv_history_width,
             cost_model: CostModel::new(config),
+            loader_lead: LoaderLead::default(),
             // vec![0; n] is calloc: the pages of a 1 GiB memory are zeroed lazily by the OS.
             mem: vec![0u8; mem_bytes],
             spm: vec![0u8; config.scratchpad_bytes as usize],
@@ -176,6 +179,7 @@ impl Machine {
         self.csr[Csr::KvPresent as usize] = ALL_PRESENT;
         self.csr[Csr::KvIndex as usize] = NO_INDEX;
         self.counters = Counters::default();
+        self.loader_lead = LoaderLead::default();
         self.regions.clear_counts();
     }
 

@@ -235,11 +235,14 @@ impl Machine {
         c.macs += w.macs;
         c.bytes_read += w.bytes_read;
         c.bytes_written += w.bytes_written;
-        let (cycles, stall) = self.cost_model.estimate(instr, &w, self.csr[Csr::HeadDim as usize]);
+        let lead = if matches!(instr, Instr::Matmul { .. }) { self.loader_lead.take() } else { 0 };
+        let attn_csrs = (self.csr[Csr::HeadDim as usize], self.csr[Csr::AttnHeads as usize]);
+        let (cycles, stall) = self.cost_model.estimate(instr, &w, attn_csrs, lead);
         c.cycles += cycles;
         if let Some(u) = instr.spec().unit() {
             c.busy_cycles[u as usize] += cycles;
         }
+        self.loader_lead.note(instr, cycles);
         c.stall_cycles += stall;
     }
 }

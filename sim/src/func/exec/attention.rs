@@ -73,9 +73,14 @@ impl Machine {
         Ok(hd as usize)
     }
 
-    /// Whether history slot `t` exists for KV head `kvh`.
-    fn history_slot(&self, t: u64, kvh: usize, hd: usize) -> bool {
-        t < u64::from(self.hist_slots) && (kvh + 1) * hd <= self.hist_width as usize
+    /// Whether history slot `t` exists for KV heads `kvh..kvh + heads` (all of them or none).
+    fn history_slot(&self, t: u64, kvh: usize, heads: usize, hd: usize) -> bool {
+        t < u64::from(self.hist_slots) && (kvh + heads) * hd <= self.hist_width as usize
+    }
+
+    /// The `attn_heads` CSR: KV heads per `attn` (0 counts as 1).
+    fn attn_heads(&self) -> usize {
+        self.csr(Csr::AttnHeads).max(1) as usize
     }
 
     /// The byte range of history slot `t`, KV head `kvh`, within the K (or V) buffer, in elements.
@@ -124,7 +129,11 @@ impl Machine {
         let hd = self.head_dim()?;
         let positions = self.reg(len);
         require(group > 0 && positions > 0)?;
-        let heads_bytes = u128::from(group) * 2 * hd as u128;
+        // the attention unit's buffers: 16 query heads with each KV head's padded to even, 1,024 K (V)
+        // elements per position
+        let heads = self.attn_heads();
+        require(opu_hw::isa::attn_heads_fit(heads as u64, u64::from(group), hd as u64))?;
+        let heads_bytes = (heads as u128) * u128::from(group) * 2 * hd as u128;
         let dst_r = self.spm_range(Span::new(word(dst), heads_bytes))?;
         let q_r = self.spm_range(Span::new(word(q), heads_bytes))?;
         let kvp = self.csr(Csr::KvPresent);
@@ -141,9 +150,9 @@ impl Machine {
         for t in 0..u64::from(positions) {
             if present(self, t) {
                 let row = self.kv_row_of(index_r.as_ref(), t);
-                self.mem_range(self.kv_row(k, row, hd))?;
-                self.mem_range(self.kv_row(v, row, hd))?;
-            } else if !self.history_slot(t, kvh, hd) {
+                self.mem_range(self.kv_row(k, row, heads * hd))?;
+                self.mem_range(self.kv_row(v, row, heads * hd))?;
+            } else if !self.history_slot(t, kvh, heads, hd) {
                 return Err(Trap { code: ErrorCode::HistoryOverflow, info: t });
             }
         }
@@ -151,8 +160,50 @@ impl Machine {
             self.note_read(r);
         }
 
-        let scale = f32::from_bits(self.csr(Csr::AttnScale));
         let group = group as usize;
+        for i in 0..heads {
+            // KV head kvh + i: its rows follow head i - 1's in each K (V) row, its queries and outputs follow
+            let (k, v) = (k + (i * hd / 16) as u32, v + (i * hd / 16) as u32);
+            let at = i * group * 2 * hd;
+            let (q_i, dst_i) = (q_r.start + at..q_r.start + at + group * 2 * hd, dst_r.start + at..dst_r.start + at + group * 2 * hd);
+            self.attn_head(group, (kvh, heads), i, positions, hd, q_i, dst_i, k, v, presence_r.as_ref(), index_r.as_ref())?;
+        }
+        if let Some(ir) = &index_r {
+            // what the RTL reads of the index and the presence bytes (the cycle model's scan)
+            let present: Vec<u64> = (0..u64::from(positions)).filter(|&t| present(self, t)).collect();
+            self.work.indexed_present += present.len() as u64;
+            self.work.index_lines += lines_of(present.iter().map(|&t| (ir.start as u64 + 4 * t) / 32));
+            if let Some(pr) = &presence_r {
+                self.work.presence_lines += lines_of((0..u64::from(positions)).map(|t| (pr.start as u64 + t) / 32));
+            }
+        }
+        let n = positions as usize;
+        let work = 2 * (heads * group * n * hd) as u64;
+        self.work.macs += work;
+        self.work.pe_products += work;
+        self.work.vector_elems += (heads * group * n * hd) as u64;
+        self.work.positions += u64::from(positions);
+        Ok(())
+    }
+
+    /// KV head `kvh0 + i` of an `attn` over `(kvh0, heads)` (checked): its `group` query heads at `q_r`,
+    /// outputs at `dst_r`, K and V rows at lines `k`, `v`; history slots exist for all the heads or none.
+    fn attn_head(
+        &mut self,
+        group: usize,
+        (kvh0, heads): (usize, usize),
+        i: usize,
+        positions: u32,
+        hd: usize,
+        q_r: Range<usize>,
+        dst_r: Range<usize>,
+        k: u32,
+        v: u32,
+        presence_r: Option<&Range<usize>>,
+        index_r: Option<&Range<usize>>,
+    ) -> Result<(), Trap> {
+        let present = |m: &Machine, t: u64| presence_r.is_none_or(|r| m.mem[r.start + t as usize] != 0);
+        let scale = f32::from_bits(self.csr(Csr::AttnScale));
         let simd = self.kernel.simd;
         let queries: Vec<Query> = (0..group).map(|g| Query::new(&self.spm_f16s(q_r.start + g * 2 * hd, hd))).collect();
         let mut softmax: Vec<OnlineSoftmax> = (0..group).map(|_| OnlineSoftmax::new(hd)).collect();
@@ -173,10 +224,10 @@ impl Machine {
             ks.clear();
             vs.clear();
             for t in first..end {
-                let slot = self.history_slot(t, kvh, hd);
-                let hist = self.history_elems(t as usize, kvh, hd);
+                let slot = self.history_slot(t, kvh0, heads, hd);
+                let hist = self.history_elems(t as usize, kvh0 + i, hd);
                 if present(self, t) {
-                    let row = self.kv_row_of(index_r.as_ref(), t);
+                    let row = self.kv_row_of(index_r, t);
                     let kr = self.mem_range(self.kv_row(k, row, hd))?;
                     let vr = self.mem_range(self.kv_row(v, row, hd))?;
                     self.note_read(&kr);
@@ -222,21 +273,6 @@ impl Machine {
                 DType::F16.write(out, i, y);
             }
         }
-        if let Some(ir) = &index_r {
-            // what the RTL reads of the index and the presence bytes (the cycle model's scan)
-            let present: Vec<u64> = (0..u64::from(positions)).filter(|&t| present(self, t)).collect();
-            self.work.indexed_present += present.len() as u64;
-            self.work.index_lines += lines_of(present.iter().map(|&t| (ir.start as u64 + 4 * t) / 32));
-            if let Some(pr) = &presence_r {
-                self.work.presence_lines += lines_of((0..u64::from(positions)).map(|t| (pr.start as u64 + t) / 32));
-            }
-        }
-        let n = positions as usize;
-        let work = 2 * (group * n * hd) as u64;
-        self.work.macs += work;
-        self.work.pe_products += work;
-        self.work.vector_elems += (group * n * hd) as u64;
-        self.work.positions += u64::from(positions);
         Ok(())
     }
 
