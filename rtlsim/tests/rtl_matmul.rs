@@ -232,8 +232,8 @@ const EARLY_V: u64 = 0xE800;
 /// are not compared by `compare_with_func`, MACS and BYTES_READ read after every run):
 /// - an `attn`, then a `kvappend` that overwrites the `matmul`'s weights: the loader must not read them
 ///   before they are written (the `matmul` is not issued while a `kvappend` is queued or runs);
-/// - six `kvappend`s, more than the attention unit's queue holds, then the `matmul` (which waits for them:
-///   the count of those queued must not count a push the full queue refused);
+/// - seven `kvappend`s, more than the attention unit's queue holds, then two `matmul`s (which wait for them
+///   and must then issue);
 /// - an `attn` queued behind another traps after the `matmul` was issued: the `matmul` is dropped (no
 ///   MACs, no bytes), the trap is the `attn`'s;
 /// - the early `matmul` traps itself while the `attn` before it runs: the `attn` completes (its MACs and
@@ -270,7 +270,18 @@ fn an_early_matmul_equals_the_functional_simulator() {
         0.125f32.to_bits()
     );
     let attn = |dst: u32| format!("attn group=1 kvh=0 len=r4 dst={dst:#x} q=0x100 k={} v={}\n", EARLY_K / 32, EARLY_V / 32);
+    // seven kvappends back to back fill the attention unit's queue (the core holds the next on its port);
+    // the matmuls after them issue once the count of those queued is back to 0: counting a push the full
+    // queue refused wraps the count (a matmul issued before the kvappends are done, and the next one never)
+    let kvappends = |hd: u32| {
+        // back to back (the same row each time), so that the core outruns the unit
+        let rows = format!("kvappend pos=r5 ksrc=0x100 vsrc=0x100 k={} v={}\n", 0x9000 / 32, 0xA000 / 32).repeat(7);
+        format!("{acts}{attn_setup}csrw csr=head_dim rs=r0 imm={hd}\nseti rd=r5 imm=3\n{rows}{}{}{store}end\n", matmul(WEIGHTS / 32), matmul(WEIGHTS / 32))
+    };
     let programs = [
+        ("seven kvappends of 16 (the queue full) before it", kvappends(16)),
+        ("seven kvappends of 32", kvappends(32)),
+        ("seven kvappends of 64", kvappends(64)),
         (
             "a kvappend behind an attn overwrites the weights",
             format!(
@@ -281,16 +292,6 @@ fn an_early_matmul_equals_the_functional_simulator() {
                 attn(0x140),
                 WEIGHTS / 32,
                 WEIGHTS / 32 + 32,
-                matmul(WEIGHTS / 32)
-            ),
-        ),
-        (
-            "six kvappends (the queue full) before it",
-            format!(
-                "{acts}{attn_setup}{}{}{store}end\n",
-                (0..6)
-                    .map(|p| format!("seti rd=r5 imm={p}\nkvappend pos=r5 ksrc=0x100 vsrc=0x100 k={} v={}\n", 0x9000 / 32, 0xA000 / 32))
-                    .collect::<String>(),
                 matmul(WEIGHTS / 32)
             ),
         ),
