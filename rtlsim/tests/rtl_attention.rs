@@ -168,16 +168,18 @@ fn attn_equals_the_functional_simulator() {
     }
 }
 
-/// Long contexts: more positions than the K and V rings of the unit hold (256 lines each: 32 positions of
-/// `head_dim` 128, 256 of 16), dense rows, two layers with absent positions in the second, against the
-/// functional simulator. Covers the fetch running ahead of the scores and the updates and wrapping the rings,
-/// updates that follow each other at once (many chunks) and after the lanes drain (few), and presence
-/// lines past the first.
-/// Random bytes with finite FP16 queries at [`Q_MEM`] and K/V rows in two layers' regions (`[k0, v0, k1, v1]`,
-/// `region` bytes each), and `n` presence bytes at `pres`, each absent with probability `1 / absent_one_in`.
-fn two_layers_data(rng: &mut Rng, regions: [u64; 4], region: u64, pres: u64, n: u64, absent_one_in: u64) -> Vec<u8> {
+/// Where the two-layer `attn` tests keep K and V (layer 0's K and V, layer 1's, [`TWO_LAYERS_REGION`] bytes
+/// each), layer 1's presence bytes and the two layers' outputs.
+const TWO_LAYERS: [u64; 4] = [0x1000, 0x4000, 0x7000, 0xA000];
+const TWO_LAYERS_REGION: u64 = 0x3000;
+const TWO_LAYERS_PRES: u64 = 0xD000;
+const TWO_LAYERS_OUT: u64 = 0xE000;
+
+/// Random bytes with finite FP16 queries at [`Q_MEM`] and K/V rows in [`TWO_LAYERS`], and `n` presence bytes
+/// at [`TWO_LAYERS_PRES`], each absent with probability `1 / absent_one_in`.
+fn two_layers_data(rng: &mut Rng, n: u64, absent_one_in: u64) -> Vec<u8> {
     let mut d: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
-    let spans = [(Q_MEM, 0xF00, 4.0)].into_iter().chain(regions.map(|r| (r, region, 3.0)));
+    let spans = [(Q_MEM, 0xF00, 4.0)].into_iter().chain(TWO_LAYERS.map(|r| (r, TWO_LAYERS_REGION, 3.0)));
     for (from, bytes, spread) in spans {
         for i in (0..bytes).step_by(2) {
             let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * spread);
@@ -185,46 +187,56 @@ fn two_layers_data(rng: &mut Rng, regions: [u64; 4], region: u64, pres: u64, n: 
         }
     }
     for i in 0..n {
-        d[(pres + i) as usize] = u8::from(rng.below(absent_one_in) != 0);
+        d[(TWO_LAYERS_PRES + i) as usize] = u8::from(rng.below(absent_one_in) != 0);
     }
     d
 }
 
+/// Two layers of `attn` over `len` positions of `heads` KV heads from `kvh` (each of `group` query heads of
+/// `head_dim`; `attn_heads` is written only when `heads` > 1), each layer's outputs stored; layer 1 reads the
+/// presence bytes when `presence`, else every position is present.
+fn two_layers_program(hd: u32, group: u32, heads: u32, kvh: u32, len: u32, presence: bool) -> String {
+    let (stride, bytes, scale) = (heads * hd * 2 / 32, heads * group * hd * 2, (1.0 / (hd as f32).sqrt()).to_bits());
+    let attn = |k: u64, v: u64, to: u64| {
+        format!(
+            "attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\nstore spm={} mem={} bytes={bytes} idx=r0 stride=0\n",
+            D_SPM / 4,
+            Q_SPM / 4,
+            k / 32,
+            v / 32,
+            D_SPM / 4,
+            to / 32
+        )
+    };
+    let heads_csr = if heads > 1 { format!("seti rd=r5 imm={heads}\ncsrw csr=attn_heads rs=r5 imm=0\n") } else { String::new() };
+    let layer1 = if presence { format!("csrw csr=kv_present rs=r0 imm={}\n", TWO_LAYERS_PRES / 32) } else { String::new() };
+    let [k0, v0, k1, v1] = TWO_LAYERS;
+    format!(
+        "load spm={} mem={} bytes={bytes} idx=r0 stride=0\n\
+         csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\ncsrw csr=attn_scale rs=r0 imm={scale}\n\
+         {heads_csr}seti rd=r4 imm={len}\n{}{layer1}{}end\n",
+        Q_SPM / 4,
+        Q_MEM / 32,
+        attn(k0, v0, TWO_LAYERS_OUT),
+        attn(k1, v1, TWO_LAYERS_OUT + 0x800),
+    )
+}
+
+/// Long contexts: more positions than the K and V rings of the unit hold (256 lines each: 32 positions of
+/// `head_dim` 128, 256 of 16), dense rows, two layers with absent positions in the second, against the
+/// functional simulator. Covers the fetch running ahead of the scores and the updates and wrapping the rings,
+/// updates that follow each other at once (many chunks) and after the lanes drain (few), and presence
+/// lines past the first.
 #[test]
 fn attn_streams_long_contexts_equal_the_functional_simulator() {
     if !models_or_skip("RTL attn over long contexts vs functional simulator") {
         return;
     }
-    const REGION: u64 = 0x3000;
-    let (k0, v0, k1, v1, pres, out) = (0x1000, 0x4000, 0x7000, 0xA000, 0xD000u64, 0xE000u64);
     let mut rng = Rng(0x4a7_0005);
     for (case, (hd, group, kvh, len)) in [(128u32, 3u32, 1u32, 48u32), (16, 1, 3, 300), (64, 5, 2, 90), (32, 2, 0, 130)].into_iter().enumerate() {
-        let row = u64::from(hd) * 2;
-        assert!(u64::from(len) * row <= REGION);
-        let d = two_layers_data(&mut rng, [k0, v0, k1, v1], REGION, pres, 0x200, 4);
-        let (stride, head_bytes, scale) = (hd * 2 / 32, group * hd * 2, (1.0 / (hd as f32).sqrt()).to_bits());
-        let attn = |k: u64, v: u64, to: u64| {
-            format!(
-                "attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\nstore spm={} mem={} bytes={head_bytes} idx=r0 stride=0\n",
-                D_SPM / 4,
-                Q_SPM / 4,
-                k / 32,
-                v / 32,
-                D_SPM / 4,
-                to / 32
-            )
-        };
-        let p = format!(
-            "load spm={} mem={} bytes={head_bytes} idx=r0 stride=0\n\
-             csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\ncsrw csr=attn_scale rs=r0 imm={scale}\n\
-             seti rd=r4 imm={len}\n{}csrw csr=kv_present rs=r0 imm={}\n{}end\n",
-            Q_SPM / 4,
-            Q_MEM / 32,
-            attn(k0, v0, out),
-            pres / 32,
-            attn(k1, v1, out + 0x800),
-        );
-        let cycles = compare_with_func(&p, &d);
+        assert!(u64::from(len) * u64::from(hd) * 2 <= TWO_LAYERS_REGION);
+        let d = two_layers_data(&mut rng, 0x200, 4);
+        let cycles = compare_with_func(&two_layers_program(hd, group, 1, kvh, len, true), &d);
         eprintln!("case {case}: head_dim {hd}, group {group}, kvh {kvh}, {len} positions: {cycles} cycles");
     }
 }
@@ -461,8 +473,6 @@ fn attn_over_several_kv_heads_equals_the_functional_simulator() {
     if !models_or_skip("RTL attn over several KV heads vs functional simulator") {
         return;
     }
-    const REGION: u64 = 0x3000;
-    let (k0, v0, k1, v1, pres, out) = (0x1000, 0x4000, 0x7000, 0xA000, 0xD000u64, 0xE000u64);
     let width = u64::from(opu_hw::OverlayConfig::sim().kv_history_width);
     let mut rng = Rng(0x4a7_0006);
     // (head_dim, group, heads, kvh, positions): Llama-7B's heads of 128 eight at a time, SmolLM2's three
@@ -470,33 +480,10 @@ fn attn_over_several_kv_heads_equals_the_functional_simulator() {
     let cases = [(128u32, 1u32, 8u32, 0u32, 6u32), (64, 3, 3, 0, 20), (32, 2, 4, 2, 40), (16, 1, 8, 0, 48), (64, 5, 2, 0, 12), (32, 3, 4, 1, 9), (16, 7, 2, 3, 17)];
     for (case, (hd, group, heads, kvh, len)) in cases.into_iter().enumerate() {
         assert!(opu_hw::isa::attn_heads_fit(heads.into(), group.into(), hd.into()));
-        let row = u64::from(heads * hd) * 2;
-        assert!(u64::from(len) * row <= REGION);
-        let d = two_layers_data(&mut rng, [k0, v0, k1, v1], REGION, pres, 0x100, 3);
-        let (stride, bytes, scale) = (row / 32, heads * group * hd * 2, (1.0 / (hd as f32).sqrt()).to_bits());
-        let attn = |k: u64, v: u64, to: u64| {
-            format!(
-                "attn group={group} kvh={kvh} len=r4 dst={} q={} k={} v={}\nstore spm={} mem={} bytes={bytes} idx=r0 stride=0\n",
-                D_SPM / 4,
-                Q_SPM / 4,
-                k / 32,
-                v / 32,
-                D_SPM / 4,
-                to / 32
-            )
-        };
+        assert!(u64::from(len) * u64::from(heads * hd) * 2 <= TWO_LAYERS_REGION);
+        let d = two_layers_data(&mut rng, 0x100, 3);
         let history = u64::from(kvh + heads) * u64::from(hd) <= width;
-        let layer1 = if history { format!("csrw csr=kv_present rs=r0 imm={}\n", pres / 32) } else { String::new() };
-        let p = format!(
-            "load spm={} mem={} bytes={bytes} idx=r0 stride=0\n\
-             csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\ncsrw csr=attn_scale rs=r0 imm={scale}\n\
-             seti rd=r5 imm={heads}\ncsrw csr=attn_heads rs=r5 imm=0\nseti rd=r4 imm={len}\n{}{layer1}{}end\n",
-            Q_SPM / 4,
-            Q_MEM / 32,
-            attn(k0, v0, out),
-            attn(k1, v1, out + 0x800),
-        );
-        let cycles = compare_with_func(&p, &d);
+        let cycles = compare_with_func(&two_layers_program(hd, group, heads, kvh, len, history), &d);
         eprintln!("case {case}: head_dim {hd}, group {group}, {heads} KV heads from {kvh}, {len} positions, history {history}: {cycles} cycles");
     }
     let d = attn_data(&mut rng);

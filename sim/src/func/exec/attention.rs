@@ -78,6 +78,12 @@ impl Machine {
         t < u64::from(self.hist_slots) && (kvh + heads) * hd <= self.hist_width as usize
     }
 
+    /// Whether position `t` is present: no presence bytes (`presence` the checked span of them), or its byte
+    /// is not 0.
+    fn present(&self, presence: Option<&Range<usize>>, t: u64) -> bool {
+        presence.is_none_or(|r| self.mem[r.start + t as usize] != 0)
+    }
+
     /// The `attn_heads` CSR: KV heads per `attn` (0 counts as 1).
     fn attn_heads(&self) -> usize {
         self.csr(Csr::AttnHeads).max(1) as usize
@@ -146,9 +152,8 @@ impl Machine {
 
         // Check every position before any effect, so that a trap leaves no trace.
         let kvh = kvh as usize;
-        let present = |m: &Machine, t: u64| presence_r.as_ref().is_none_or(|r| m.mem[r.start + t as usize] != 0);
         for t in 0..u64::from(positions) {
-            if present(self, t) {
+            if self.present(presence_r.as_ref(), t) {
                 let row = self.kv_row_of(index_r.as_ref(), t);
                 self.mem_range(self.kv_row(k, row, heads * hd))?;
                 self.mem_range(self.kv_row(v, row, heads * hd))?;
@@ -170,7 +175,7 @@ impl Machine {
         }
         if let Some(ir) = &index_r {
             // what the RTL reads of the index and the presence bytes (the cycle model's scan)
-            let present: Vec<u64> = (0..u64::from(positions)).filter(|&t| present(self, t)).collect();
+            let present: Vec<u64> = (0..u64::from(positions)).filter(|&t| self.present(presence_r.as_ref(), t)).collect();
             self.work.indexed_present += present.len() as u64;
             self.work.index_lines += lines_of(present.iter().map(|&t| (ir.start as u64 + 4 * t) / 32));
             if let Some(pr) = &presence_r {
@@ -202,7 +207,6 @@ impl Machine {
         presence_r: Option<&Range<usize>>,
         index_r: Option<&Range<usize>>,
     ) -> Result<(), Trap> {
-        let present = |m: &Machine, t: u64| presence_r.is_none_or(|r| m.mem[r.start + t as usize] != 0);
         let scale = f32::from_bits(self.csr(Csr::AttnScale));
         let simd = self.kernel.simd;
         let queries: Vec<Query> = (0..group).map(|g| Query::new(&self.spm_f16s(q_r.start + g * 2 * hd, hd))).collect();
@@ -226,7 +230,7 @@ impl Machine {
             for t in first..end {
                 let slot = self.history_slot(t, kvh0, heads, hd);
                 let hist = self.history_elems(t as usize, kvh0 + i, hd);
-                if present(self, t) {
+                if self.present(presence_r, t) {
                     let row = self.kv_row_of(index_r, t);
                     let kr = self.mem_range(self.kv_row(k, row, hd))?;
                     let vr = self.mem_range(self.kv_row(v, row, hd))?;
