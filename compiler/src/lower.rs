@@ -17,7 +17,7 @@ use crate::plan::{line, line_up, pad4, DevicePlan, SpmPlan};
 use crate::quantize::{self, QuantMatrix, TensorReport};
 use crate::routers::{Block, Routers};
 use opu_hw::container::{Container, ContainerError, MemoryLayout};
-use opu_hw::isa::{Csr, F32Bits, Instr, Pred, RedMode, Reg, RopeStyle, LINE_BYTES};
+use opu_hw::isa::{Csr, F32Bits, Instr, Pred, RedMode, Reg, RopeStyle, LINE_BYTES, SPM_WORD_BYTES};
 use opu_hw::numerics::fp16::{f16_to_f32, f32_to_f16};
 use opu_hw::numerics::vector::{rope_table_row, DType, VecOp};
 use opu_hw::numerics::WeightFormat;
@@ -318,16 +318,27 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         let attn_norm = image.put(&n.attn_norm, "norms", gains(&n.attn_norm)?);
         let ffn_norm = image.put(&n.ffn_norm, "norms", gains(&n.ffn_norm)?);
         let [wq, wk, wv, wo, w_gate, w_up, w_down] = mats;
+        // q, k and v, and gate and up, back to back where they can be (`Image::put_after`): one `matmul`
+        // then streams them as one matrix
+        let (q_at, k_at, v_at) = {
+            let q = image.put_matrix(wq);
+            let k = image.put_matrix_after(wk, q);
+            (q, k, image.put_matrix_after(wv, k))
+        };
+        let o_at = image.put_matrix(wo);
+        let gate_at = image.put_matrix(w_gate);
+        let up_at = image.put_matrix_after(w_up, gate_at);
+        let down_at = image.put_matrix(w_down);
         layers.push(LayerAddrs {
             attn_norm,
             ffn_norm,
-            wq: image.put_matrix(wq),
-            wk: image.put_matrix(wk),
-            wv: image.put_matrix(wv),
-            wo: image.put_matrix(wo),
-            w_gate: image.put_matrix(w_gate),
-            w_up: image.put_matrix(w_up),
-            w_down: image.put_matrix(w_down),
+            wq: q_at.0,
+            wk: k_at.0,
+            wv: v_at.0,
+            wo: o_at.0,
+            w_gate: gate_at.0,
+            w_up: up_at.0,
+            w_down: down_at.0,
             k_cache: 0,
             v_cache: 0,
             kv_index: None,
@@ -347,7 +358,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             }
         }
     }
-    let output_addr = image.put_matrix(output);
+    let output_addr = image.put_matrix(output).0;
     let out_norm = image.put(OUTPUT_NORM, "norms", gains(OUTPUT_NORM)?);
     let embed_f16_addr = image.put("embed_f16", "weights", embed_f16);
     let mut rope = Vec::with_capacity(max_context * hd * 4);
@@ -489,8 +500,23 @@ impl Image {
         self.data.push((name.to_string(), addr, bytes));
         addr
     }
-    fn put_matrix(&mut self, m: QuantMatrix) -> (u64, WeightFormat) {
-        (self.put(&m.name, "weights", m.bytes), m.format)
+    /// Places a matrix; returns its address and format, and its end.
+    fn put_matrix(&mut self, m: QuantMatrix) -> ((u64, WeightFormat), u64) {
+        let bytes = m.bytes.len() as u64;
+        let at = self.put(&m.name, "weights", m.bytes);
+        ((at, m.format), at + bytes)
+    }
+    /// Places a matrix right after the one placed before it (`prev`, as [`Image::put_matrix`] returned it),
+    /// with no gap, where they have the same format and that one ends on a line: one `matmul` can then take
+    /// the two as one matrix of their rows. Elsewhere like `put_matrix`.
+    fn put_matrix_after(&mut self, m: QuantMatrix, ((_, fmt), end): ((u64, WeightFormat), u64)) -> ((u64, WeightFormat), u64) {
+        if m.format != fmt || end % LINE_BYTES != 0 || self.plan.end() != end {
+            return self.put_matrix(m);
+        }
+        let bytes = m.bytes.len() as u64;
+        let at = self.plan.place_at_end(&m.name, "weights", bytes);
+        self.data.push((m.name, at, m.bytes));
+        ((at, m.format), at + bytes)
     }
 }
 
@@ -502,17 +528,22 @@ fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize) -> Option<Sp
         ids: s.place("ids", b as u32 * 4)?,
         x: s.place("x", row(cfg.n_embd, 2))?,
         xn: s.place("xn", row(cfg.n_embd, 2))?,
-        q: s.place("q", row(cfg.n_embd, 2))?,
-        k: s.place("k", row(kv, 2))?,
-        v: s.place("v", row(kv, 2))?,
+        // q, k and v one after the other, and gate and up: in a one-token pass each pair of neighbours is
+        // one output row, so that one `matmul` computes them all (`emit`)
+        q: s.place("qkv", row(cfg.n_embd, 2) + 2 * row(kv, 2))?,
+        k: 0,
+        v: 0,
         att: s.place("att", row(cfg.n_embd, 2))?,
-        gate: s.place("gate", row(cfg.n_ff, 2))?,
-        up: s.place("up", row(cfg.n_ff, 2))?,
+        gate: s.place("gate_up", 2 * row(cfg.n_ff, 2))?,
+        up: 0,
         rope: s.place("rope", row(cfg.head_dim / 2, 8))?,
         gain: s.place("gain", (cfg.n_embd * 4) as u32)?,
         logits: 0,
         chunk_rows: 0,
     };
+    bufs.k = bufs.q + row(cfg.n_embd, 2) / SPM_WORD_BYTES;
+    bufs.v = bufs.k + row(kv, 2) / SPM_WORD_BYTES;
+    bufs.up = bufs.gate + row(cfg.n_ff, 2) / SPM_WORD_BYTES;
     // The output projection in chunks of rows that fit what is left (a multiple of 32 rows keeps every
     // chunk's weights line-aligned; at most 16352 so a logits row fits `store2d`'s 16-bit row length).
     let free_rows = (s.free() as usize / (b * 4)).min(16352).min(cfg.vocab.div_ceil(32) * 32);
@@ -523,6 +554,12 @@ fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize) -> Option<Sp
     bufs.logits = s.place("logits", (b * chunk_rows * 4) as u32)?;
     bufs.chunk_rows = chunk_rows;
     Some(bufs)
+}
+
+/// Whether matrix `next` lies right after `first` (`rows` x `cols`) in the same format: one `matmul` of
+/// their rows together reads both.
+fn follows(first: (u64, WeightFormat), rows: usize, cols: usize, next: (u64, WeightFormat)) -> bool {
+    first.1 == next.1 && first.1.row_bytes(cols).is_some_and(|rb| first.0 + (rows * rb) as u64 == next.0)
 }
 
 /// Emits one pass of `b` tokens.
@@ -550,6 +587,11 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         p.push(Instr::Load { spm: s.x + words(t * x_row), mem: line(lay.embed_f16), bytes: (e * 2) as u32, idx: r(1), stride: (e * 2 / LINE_BYTES as usize) as u32 });
     }
     p.push(Instr::Vop { op: VecOp::Copy, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::Set, rows: n, dst: s.x, a: s.x, b: s.x, n: e as u32 });
+    // the tokens' RoPE table rows, which every layer uses
+    for t in 0..b {
+        p.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
+        p.push(Instr::Load { spm: s.rope + words(t * rope_row), mem: line(lay.rope), bytes: rope_row as u32, idx: r(2), stride: (rope_row / LINE_BYTES as usize) as u32 });
+    }
     p.push(Instr::Csrw { csr: Csr::HeadDim, rs: r(0), imm: hd as u32 });
     // the lines between consecutive rows: a layer's K rows (V rows), or the pool's rows of K and V
     let indexed = lay.layers.iter().any(|la| la.kv_index.is_some());
@@ -589,15 +631,24 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // Attention block: norm, q/k/v, RoPE, K/V append (skipped with the block) ...
         let mut blk = Vec::new();
         rmsnorm(&mut blk, la.attn_norm);
-        mm(&mut blk, la.wq, s.q, s.xn, e, e, false, RedMode::None, DType::F16);
-        mm(&mut blk, la.wk, s.k, s.xn, kv, e, false, RedMode::None, DType::F16);
-        mm(&mut blk, la.wv, s.v, s.xn, kv, e, false, RedMode::None, DType::F16);
-        for t in 0..b {
-            blk.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
-            blk.push(Instr::Load { spm: s.rope + words(t * rope_row), mem: line(lay.rope), bytes: rope_row as u32, idx: r(2), stride: (rope_row / LINE_BYTES as usize) as u32 });
+        // In a one-token pass q, k and v are one output row (`spm_buffers`): where their weights lie back to
+        // back in one format, one `matmul` computes them (each output row is computed on its own, so the
+        // result is the same bits), and one `rope` turns q and k. The matrix unit then pays its start and
+        // end once.
+        let one_row = b == 1;
+        if one_row && follows(la.wq, e, e, la.wk) && follows(la.wk, kv, e, la.wv) {
+            mm(&mut blk, la.wq, s.q, s.xn, e + 2 * kv, e, false, RedMode::None, DType::F16);
+        } else {
+            mm(&mut blk, la.wq, s.q, s.xn, e, e, false, RedMode::None, DType::F16);
+            mm(&mut blk, la.wk, s.k, s.xn, kv, e, false, RedMode::None, DType::F16);
+            mm(&mut blk, la.wv, s.v, s.xn, kv, e, false, RedMode::None, DType::F16);
         }
-        blk.push(Instr::Rope { style: RopeStyle::Normal, heads: h as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
-        blk.push(Instr::Rope { style: RopeStyle::Normal, heads: hkv as u32, head_dim: hd as u32, rows: n, dst: s.k, src: s.k, table: s.rope });
+        if one_row {
+            blk.push(Instr::Rope { style: RopeStyle::Normal, heads: (h + hkv) as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
+        } else {
+            blk.push(Instr::Rope { style: RopeStyle::Normal, heads: h as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
+            blk.push(Instr::Rope { style: RopeStyle::Normal, heads: hkv as u32, head_dim: hd as u32, rows: n, dst: s.k, src: s.k, table: s.rope });
+        }
         for t in 0..b {
             blk.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
             for kh in 0..hkv {
@@ -626,8 +677,12 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // FFN block.
         let mut blk = Vec::new();
         rmsnorm(&mut blk, la.ffn_norm);
-        mm(&mut blk, la.w_gate, s.gate, s.xn, f, e, false, RedMode::None, DType::F16);
-        mm(&mut blk, la.w_up, s.up, s.xn, f, e, false, RedMode::None, DType::F16);
+        if b == 1 && follows(la.w_gate, f, e, la.w_up) {
+            mm(&mut blk, la.w_gate, s.gate, s.xn, 2 * f, e, false, RedMode::None, DType::F16);
+        } else {
+            mm(&mut blk, la.w_gate, s.gate, s.xn, f, e, false, RedMode::None, DType::F16);
+            mm(&mut blk, la.w_up, s.up, s.xn, f, e, false, RedMode::None, DType::F16);
+        }
         blk.push(Instr::Vop { op: VecOp::SwiGlu, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::None, rows: n, dst: s.gate, a: s.gate, b: s.up, n: f as u32 });
         mm(&mut blk, la.w_down, s.x, s.gate, e, f, true, RedMode::Set, DType::F16);
         route(&mut p, ffn_router, FFN_PRED, false, blk);

@@ -21,6 +21,14 @@ impl DevicePlan {
         self.next = addr + bytes;
         addr
     }
+    /// Places a region of `bytes` right at the end of the last one (no alignment beyond that end's) and
+    /// returns its byte address.
+    pub fn place_at_end(&mut self, name: &str, kind: &str, bytes: u64) -> u64 {
+        let addr = self.next;
+        self.regions.push(Region { name: name.into(), kind: kind.into(), addr, bytes });
+        self.next = addr + bytes;
+        addr
+    }
     /// Bytes up to the end of the last region.
     pub fn end(&self) -> u64 {
         self.next

@@ -13,7 +13,7 @@ pub const MAX_BATCH_LIMIT: u32 = 64;
 
 /// Row groups the matrix unit's weight buffer can hold at once, where its rows are short enough
 /// ([`OverlayConfig::weight_groups_in_buffer`]): the size of the unit's table of loaded groups.
-pub const WEIGHT_GROUP_ENTRIES: u32 = 4;
+pub const WEIGHT_GROUP_ENTRIES: u32 = 8;
 
 /// Instructions the issue queue in front of each unit holds: how far the core runs ahead of a busy unit
 /// (and so how many of a unit's instructions a `matmul` issued behind them can overlap its first loads with).
@@ -371,14 +371,15 @@ mod tests {
                 assert!(k >= 2 && k * span <= ring && k <= WEIGHT_GROUP_ENTRIES, "{} rb {rb}", c.name);
             }
         }
-        // SmolLM2's rows at `sim` (64-line slots): 576 W4Min columns (360 bytes) 14 lines, 4 groups at once;
-        // 1,536 W4Min (960) 32 lines, 4; 576 W8 (612) 22 lines, 4; Llama-7B's at `u280` (256 lines): 4,096
-        // W4Min (2,560) 82 lines, 4; 11,008 W4Min (6,880) 216 lines, 2
+        // SmolLM2's rows at `sim` (64-line slots, a ring of 128): 576 W4Min columns (360 bytes) 14 lines, 8
+        // groups at once (the table's entries; the ring has room for 9); 1,536 W4Min (960) 32 lines, 4; 576
+        // W8 (612) 22 lines, 5; Llama-7B's at `u280` (256 lines): 4,096 W4Min (2,560) 82 lines, 6; 11,008
+        // W4Min (6,880) 216 lines, 2
         let (s, u) = (OverlayConfig::sim(), OverlayConfig::u280());
         assert_eq!([360, 960, 612].map(OverlayConfig::weight_group_lines), [14, 32, 22]);
-        assert_eq!([360, 960, 612].map(|rb| s.weight_groups_in_buffer(rb)), [4, 4, 4]);
+        assert_eq!([360, 960, 612].map(|rb| s.weight_groups_in_buffer(rb)), [8, 4, 5]);
         assert_eq!([2560, 6880].map(OverlayConfig::weight_group_lines), [82, 216]);
-        assert_eq!([2560, 6880].map(|rb| u.weight_groups_in_buffer(rb)), [4, 2]);
+        assert_eq!([2560, 6880].map(|rb| u.weight_groups_in_buffer(rb)), [6, 2]);
     }
 
     #[test]

@@ -154,6 +154,26 @@ fn vector_instructions_equal_the_functional_simulator() {
     eprintln!("{total} cycles in all");
 }
 
+/// RoPE over many heads and rows: the heads after a row's first take their table lines from the unit's
+/// table cache (`head_dim` 32 to 256), and the head sizes around it read them for every head (16: a single
+/// chunk; 272: more chunks than the cache holds); in place and not, both styles. Every byte equal to the
+/// functional simulator's.
+#[test]
+fn rope_over_many_heads_equals_the_functional_simulator() {
+    if !models_or_skip("RTL rope over many heads vs functional simulator") {
+        return;
+    }
+    let mut rng = Rng(0x20_be);
+    for (hd, heads, rows) in [(16u32, 5u32, 2u32), (32, 4, 3), (64, 12, 1), (64, 6, 2), (128, 8, 2), (256, 4, 2), (272, 3, 2)] {
+        for (style, dst) in [("normal", D), ("neox", B), ("normal", B), ("neox", D)] {
+            let d = data(&mut rng, false, hd);
+            let body = format!("rope style={style} heads={heads} head_dim={hd} rows={rows} dst={} src={} table={}\n", dst / 4, B / 4, T / 4);
+            let cycles = compare(&body, &d);
+            eprintln!("rope {style} heads {heads} head_dim {hd} rows {rows} in place {}: {cycles} cycles", dst == B);
+        }
+    }
+}
+
 #[test]
 fn argmax_picks_like_the_functional_simulator() {
     if !models_or_skip("RTL argmax ties, NaN, signed zeros") {

@@ -35,10 +35,13 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("matmul fmt=w4m out=f32 ntok=1 dst=0x1000 src=0 rows=128 cols=64 w=0x1000", 524),
     ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=128 w=0x1000", 778),
     ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=32 w=0x1000", 465),
-    // matmul, several tokens (prefill): the readout's port conflicts are an average
+    // matmul, several tokens (prefill): compute-bound groups, each token after the first losing a few cycles
+    // to the readout's scratchpad accesses
     ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 1005),
     ("matmul fmt=w4m out=f16 ntok=16 dst=0x4000 src=0 rows=64 cols=576 w=0x1000", 3069),
     ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 764),
+    ("matmul fmt=w4m out=f16 ntok=2 dst=0x4000 src=0 rows=128 cols=576 w=0x1000", 1077),
+    ("matmul fmt=w4m out=f16 ntok=8 dst=0x4000 src=0 rows=128 cols=1536 w=0x1000", 7131),
     // the vector unit
     ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5", 601),
     ("rmsnorm dd=f16 ds=f16 rows=4 dst=4000 src=16 g=2960 n=576 eps=1e-5", 1606),
@@ -95,16 +98,20 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("csrw csr=head_dim rs=r0 imm=16;csrw csr=kv_stride rs=r0 imm=8;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=8;addi rd=r1 rs=r0 imm=16;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 721),
     // a matmul issued early, behind vector or attention work (its loader fills the ring meanwhile), and
     // behind a kvappend (not early: it waits for the write)
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1872),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1673),
     ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 859),
     ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=576 cols=1536 w=0x1000", 8953),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2250),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1969),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1699),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 4054),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 3773),
     ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 909),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 603),
     ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w8 out=f32 ntok=2 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 1034),
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=576 w=0x1000", 1144),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=576 w=0x1000", 1103),
+    // (the ring's eight entries full before the compute may start: the groups then follow at the compute's
+    // pace, 61 cycles each for 576 columns)
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=160 cols=576 w=0x1000", 1225),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=192 cols=576 w=0x1000", 1397),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=576", 358),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=64", 230),
 ];
@@ -120,18 +127,8 @@ fn the_cycle_estimate_is_a_model_of_the_rtl() {
         let c = sim.run(&[]).unwrap_or_else(|e| panic!("{program}: {e}"));
         let err = c.cycles as f64 / rtl as f64 - 1.0;
         eprintln!("model {:>6} RTL {:>6} {:+6.2}%  {program}", c.cycles, rtl, 100.0 * err);
-        // one token: the RTL's schedule, to a couple of cycles; several tokens: an average of the readout's
-        // conflicts with the activation reads
-        // conflicts with the activation reads; a matmul behind other work whose groups are all in the ring
-        // before its compute may start: about 20 cycles more on the RTL than the model's group-to-group step
-        let early = program.contains("matmul") && !program.starts_with("matmul");
-        let bound = if program.contains("ntok=") && !program.contains("ntok=1 ") {
-            0.08
-        } else if early {
-            0.03
-        } else {
-            0.01
-        };
+        // every row, one token or several, alone or behind other work: the RTL's schedule to a few cycles
+        let bound = 0.005;
         assert!(err.abs() <= bound, "{program}: model {} cycles, RTL {rtl}", c.cycles);
         if err.abs() > worst.0 {
             worst = (err.abs(), program);

@@ -12,7 +12,7 @@
 //!    memory bandwidth) and every weight feed keeps the lines of its two rows. The weight buffer is a ring
 //!    per row slot (`2 x weight_row_lines` positions) in which groups follow each other, each taking
 //!    `OverlayConfig::weight_group_lines` positions: the loader runs as many groups ahead of the compute as
-//!    the ring holds (`OverlayConfig::weight_groups_in_buffer`, up to four), so a group costs the longer of
+//!    the ring holds (`OverlayConfig::weight_groups_in_buffer`, up to `WEIGHT_GROUP_ENTRIES` = 8), so a group costs the longer of
 //!    its load and its compute, and the memory latency is paid once per `matmul` wherever the compute keeps
 //!    up with the memory.
 //! 3. **Compute**, for each token: per block of 32 columns the token's 64 activation bytes are read from the
@@ -47,6 +47,9 @@ use opu_hw::numerics::WeightFormat;
 use opu_hw::regs::ErrorCode;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
+
+// The table of loaded groups below has eight entries (`b_*_0..8`, 3-bit entry indices, 8-bit masks).
+const _: () = assert!(opu_hw::config::WEIGHT_GROUP_ENTRIES == 8);
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum MatrixState {
@@ -266,9 +269,9 @@ pub struct Matrix {
     gout: DFF<Bits<32>>,
     o0: DFF<Bits<6>>,
     /// The compute's entry in the table of loaded groups.
-    c_buf: DFF<Bits<2>>,
+    c_buf: DFF<Bits<3>>,
 
-    // ---- the loader (up to four groups ahead): its group's rows left, first byte, rows, offset in its first
+    // ---- the loader (up to eight groups ahead, `opu_hw::config::WEIGHT_GROUP_ENTRIES`): its group's rows left, first byte, rows, offset in its first
     // line, lines, requests and responses, and entry; the entries of the groups in the weight buffer's ring
     // (loading or loaded), their geometry and base positions; a group's positions in the ring and the
     // positions free
@@ -279,31 +282,47 @@ pub struct Matrix {
     nbeats: DFF<Bits<16>>,
     req_k: DFF<Bits<16>>,
     resp_k: DFF<Bits<16>>,
-    l_buf: DFF<Bits<2>>,
+    l_buf: DFF<Bits<3>>,
     /// The next group's base position in the ring.
     l_base: DFF<Bits<16>>,
-    ready: DFF<Bits<4>>,
+    ready: DFF<Bits<8>>,
     /// An entry taken by a group whose lines are requested or in the ring (free again when the compute has
     /// read it).
-    busy: DFF<Bits<4>>,
+    busy: DFF<Bits<8>>,
     /// The entry the responses fill (in the order of the requests).
-    r_buf: DFF<Bits<2>>,
+    r_buf: DFF<Bits<3>>,
     b_nb_0: DFF<Bits<16>>,
     b_nb_1: DFF<Bits<16>>,
     b_nb_2: DFF<Bits<16>>,
     b_nb_3: DFF<Bits<16>>,
+    b_nb_4: DFF<Bits<16>>,
+    b_nb_5: DFF<Bits<16>>,
+    b_nb_6: DFF<Bits<16>>,
+    b_nb_7: DFF<Bits<16>>,
     b_o0_0: DFF<Bits<6>>,
     b_o0_1: DFF<Bits<6>>,
     b_o0_2: DFF<Bits<6>>,
     b_o0_3: DFF<Bits<6>>,
+    b_o0_4: DFF<Bits<6>>,
+    b_o0_5: DFF<Bits<6>>,
+    b_o0_6: DFF<Bits<6>>,
+    b_o0_7: DFF<Bits<6>>,
     b_grows_0: DFF<Bits<16>>,
     b_grows_1: DFF<Bits<16>>,
     b_grows_2: DFF<Bits<16>>,
     b_grows_3: DFF<Bits<16>>,
+    b_grows_4: DFF<Bits<16>>,
+    b_grows_5: DFF<Bits<16>>,
+    b_grows_6: DFF<Bits<16>>,
+    b_grows_7: DFF<Bits<16>>,
     b_base_0: DFF<Bits<16>>,
     b_base_1: DFF<Bits<16>>,
     b_base_2: DFF<Bits<16>>,
     b_base_3: DFF<Bits<16>>,
+    b_base_4: DFF<Bits<16>>,
+    b_base_5: DFF<Bits<16>>,
+    b_base_6: DFF<Bits<16>>,
+    b_base_7: DFF<Bits<16>>,
     /// `OverlayConfig::weight_group_lines` of the rows; the ring's free positions.
     gspan: DFF<Bits<16>>,
     ring_free: DFF<Bits<16>>,
@@ -434,9 +453,9 @@ pub struct Matrix {
     /// The rows of the group the loader starts next.
     g_rows: Signal<Local, Bits<16>>,
     /// Entries the loader fills and the compute frees this cycle.
-    rdy_set: Signal<Local, Bits<4>>,
-    rdy_clr: Signal<Local, Bits<4>>,
-    bsy_set: Signal<Local, Bits<4>>,
+    rdy_set: Signal<Local, Bits<8>>,
+    rdy_clr: Signal<Local, Bits<8>>,
+    bsy_set: Signal<Local, Bits<8>>,
     /// The response side's entry: its beats, offset and base; the compute's entry: its rows, offset, base.
     r_nb: Signal<Local, Bits<16>>,
     r_o0: Signal<Local, Bits<6>>,
@@ -564,14 +583,30 @@ impl Matrix {
             b_grows_1: Default::default(),
             b_grows_2: Default::default(),
             b_grows_3: Default::default(),
+            b_grows_4: Default::default(),
+            b_grows_5: Default::default(),
+            b_grows_6: Default::default(),
+            b_grows_7: Default::default(),
             b_nb_2: Default::default(),
             b_nb_3: Default::default(),
+            b_nb_4: Default::default(),
+            b_nb_5: Default::default(),
+            b_nb_6: Default::default(),
+            b_nb_7: Default::default(),
             b_o0_2: Default::default(),
             b_o0_3: Default::default(),
+            b_o0_4: Default::default(),
+            b_o0_5: Default::default(),
+            b_o0_6: Default::default(),
+            b_o0_7: Default::default(),
             b_base_0: Default::default(),
             b_base_1: Default::default(),
             b_base_2: Default::default(),
             b_base_3: Default::default(),
+            b_base_4: Default::default(),
+            b_base_5: Default::default(),
+            b_base_6: Default::default(),
+            b_base_7: Default::default(),
             gspan: Default::default(),
             ring_free: Default::default(),
             c_base: Default::default(),
@@ -726,9 +761,12 @@ impl Logic for Matrix {
             grows, gbyte, gout, nbeats, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
-            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf, b_nb_0, b_nb_1, b_nb_2, b_nb_3,
-            b_o0_0, b_o0_1, b_o0_2, b_o0_3, b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_base_0, b_base_1, b_base_2,
-            b_base_3, gspan, ring_free, c_base, l_base, ro_grows, ro_gout
+            rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf,
+            b_nb_0, b_nb_1, b_nb_2, b_nb_3, b_nb_4, b_nb_5, b_nb_6, b_nb_7,
+            b_o0_0, b_o0_1, b_o0_2, b_o0_3, b_o0_4, b_o0_5, b_o0_6, b_o0_7,
+            b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_grows_4, b_grows_5, b_grows_6, b_grows_7,
+            b_base_0, b_base_1, b_base_2, b_base_3, b_base_4, b_base_5, b_base_6, b_base_7,
+            gspan, ring_free, c_base, l_base, ro_grows, ro_gout
         );
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
@@ -805,6 +843,26 @@ impl Logic for Matrix {
             self.r_o0.next = self.b_o0_3.q.val();
             self.r_base.next = self.b_base_3.q.val();
         }
+        if self.r_buf.q.val() == 4 {
+            self.r_nb.next = self.b_nb_4.q.val();
+            self.r_o0.next = self.b_o0_4.q.val();
+            self.r_base.next = self.b_base_4.q.val();
+        }
+        if self.r_buf.q.val() == 5 {
+            self.r_nb.next = self.b_nb_5.q.val();
+            self.r_o0.next = self.b_o0_5.q.val();
+            self.r_base.next = self.b_base_5.q.val();
+        }
+        if self.r_buf.q.val() == 6 {
+            self.r_nb.next = self.b_nb_6.q.val();
+            self.r_o0.next = self.b_o0_6.q.val();
+            self.r_base.next = self.b_base_6.q.val();
+        }
+        if self.r_buf.q.val() == 7 {
+            self.r_nb.next = self.b_nb_7.q.val();
+            self.r_o0.next = self.b_o0_7.q.val();
+            self.r_base.next = self.b_base_7.q.val();
+        }
         self.e_grows.next = self.b_grows_0.q.val();
         self.e_o0.next = self.b_o0_0.q.val();
         self.e_base.next = self.b_base_0.q.val();
@@ -822,6 +880,26 @@ impl Logic for Matrix {
             self.e_grows.next = self.b_grows_3.q.val();
             self.e_o0.next = self.b_o0_3.q.val();
             self.e_base.next = self.b_base_3.q.val();
+        }
+        if self.c_buf.q.val() == 4 {
+            self.e_grows.next = self.b_grows_4.q.val();
+            self.e_o0.next = self.b_o0_4.q.val();
+            self.e_base.next = self.b_base_4.q.val();
+        }
+        if self.c_buf.q.val() == 5 {
+            self.e_grows.next = self.b_grows_5.q.val();
+            self.e_o0.next = self.b_o0_5.q.val();
+            self.e_base.next = self.b_base_5.q.val();
+        }
+        if self.c_buf.q.val() == 6 {
+            self.e_grows.next = self.b_grows_6.q.val();
+            self.e_o0.next = self.b_o0_6.q.val();
+            self.e_base.next = self.b_base_6.q.val();
+        }
+        if self.c_buf.q.val() == 7 {
+            self.e_grows.next = self.b_grows_7.q.val();
+            self.e_o0.next = self.b_o0_7.q.val();
+            self.e_base.next = self.b_base_7.q.val();
         }
         // a group's ring positions: the most lines one of its rows touches, rounded up to even
         self.span_raw.next = ((self.rb.q.val().get_bits::<16>(0) + 30) >> 5) + 1;
@@ -1019,7 +1097,7 @@ impl Logic for Matrix {
                     self.l_base.d.next = 0.into();
                     self.r_buf.d.next = 0.into();
                     self.resp_k.d.next = 0.into();
-                    self.rdy_clr.next = 15.into();
+                    self.rdy_clr.next = 255.into();
                     self.ring_init.next = true;
                     self.c_buf.d.next = 0.into();
                 }
@@ -1027,7 +1105,7 @@ impl Logic for Matrix {
             MatrixState::Group => {
                 // the group of entry c_buf, once the loader has it (and the other units are idle); the
                 // `matmul`'s MACs and bytes count from its first group's compute
-                if self.go.val() & ((self.ready.q.val() & (bits::<4>(1) << bit_cast::<4, 2>(self.c_buf.q.val()))) != 0) {
+                if self.go.val() & ((self.ready.q.val() & (bits::<8>(1) << bit_cast::<8, 3>(self.c_buf.q.val()))) != 0) {
                     self.macs_total.d.next = self.macs_total.q.val() + self.mac_count.q.val();
                     self.mac_count.d.next = 0.into();
                     self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.rd_pend.q.val());
@@ -1096,7 +1174,7 @@ impl Logic for Matrix {
                         self.inflight.d.next = true;
                         if self.last_tok.val() {
                             // the group's last weight read: its entry and positions are free for the loader
-                            self.rdy_clr.next = bits::<4>(1) << bit_cast::<4, 2>(self.c_buf.q.val());
+                            self.rdy_clr.next = bits::<8>(1) << bit_cast::<8, 3>(self.c_buf.q.val());
                             self.ring_give.next = self.gspan.q.val();
                         }
                         self.tok.d.next = self.tok.q.val() + 1;
@@ -1310,7 +1388,7 @@ impl Logic for Matrix {
                 // the group's geometry, for the requests and for the response side (before its first response
                 // can arrive), as soon as its entry and its ring positions are free; its first beat is
                 // requested next cycle
-                if ((self.busy.q.val() & (bits::<4>(1) << bit_cast::<4, 2>(self.l_buf.q.val()))) == 0)
+                if ((self.busy.q.val() & (bits::<8>(1) << bit_cast::<8, 3>(self.l_buf.q.val()))) == 0)
                     & (self.ring_free.q.val() >= self.gspan.q.val())
                 {
                     self.l_grows.d.next = self.g_rows.val();
@@ -1340,11 +1418,35 @@ impl Logic for Matrix {
                         self.b_nb_3.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_3.d.next = self.l_base.q.val();
                     }
+                    if self.l_buf.q.val() == 4 {
+                        self.b_o0_4.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_4.d.next = self.g_rows.val();
+                        self.b_nb_4.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_4.d.next = self.l_base.q.val();
+                    }
+                    if self.l_buf.q.val() == 5 {
+                        self.b_o0_5.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_5.d.next = self.g_rows.val();
+                        self.b_nb_5.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_5.d.next = self.l_base.q.val();
+                    }
+                    if self.l_buf.q.val() == 6 {
+                        self.b_o0_6.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_6.d.next = self.g_rows.val();
+                        self.b_nb_6.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_6.d.next = self.l_base.q.val();
+                    }
+                    if self.l_buf.q.val() == 7 {
+                        self.b_o0_7.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
+                        self.b_grows_7.d.next = self.g_rows.val();
+                        self.b_nb_7.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
+                        self.b_base_7.d.next = self.l_base.q.val();
+                    }
                     // the next group's base: after this one's positions, around the ring
                     self.l_base.d.next = (self.l_base.q.val() + self.gspan.q.val()) & (self.ring.val() - 1);
                     self.ring_take.next = self.gspan.q.val();
                     self.lstate.d.next = LoadState::Lines;
-                    self.bsy_set.next = bits::<4>(1) << bit_cast::<4, 2>(self.l_buf.q.val());
+                    self.bsy_set.next = bits::<8>(1) << bit_cast::<8, 3>(self.l_buf.q.val());
                 }
             }
             LoadState::Lines => {
@@ -1369,7 +1471,7 @@ impl Logic for Matrix {
             self.resp_k.d.next = self.resp_k.q.val() + 1;
             self.progress.next = true;
             if self.r_last.val() {
-                self.rdy_set.next = bits::<4>(1) << bit_cast::<4, 2>(self.r_buf.q.val());
+                self.rdy_set.next = bits::<8>(1) << bit_cast::<8, 3>(self.r_buf.q.val());
                 self.r_buf.d.next = self.r_buf.q.val() + 1;
                 self.resp_k.d.next = 0.into();
             }

@@ -76,10 +76,11 @@ mod rtl {
     pub const MATMUL_LANE: u64 = 8;
     pub const MATMUL_CHUNK: u64 = 8;
     /// After a group's last step, its last token's capture and the next group's start (which does not
-    /// wait for the readout).
-    pub const MATMUL_NEXT_GROUP: u64 = 15;
+    /// wait for the readout), where the next group is in the ring already (one whose last beat comes later
+    /// starts when it is loaded: `ready`). Fitted on groups that follow at the compute's pace.
+    pub const MATMUL_NEXT_GROUP: u64 = 22;
     /// A token after the first of a group loses this many cycles to the readout's scratchpad accesses.
-    pub const MATMUL_TOKEN_CONFLICT: u64 = 7;
+    pub const MATMUL_TOKEN_CONFLICT: u64 = 4;
     /// An early-issued `matmul`: the cycles between the issue of the last instruction it overlaps and its
     /// own (the core's decode, the queue, the unit taking it) that its loader does not run ahead.
     pub const MATMUL_EARLY_ISSUE: u64 = 4;
