@@ -19,6 +19,11 @@ pub const WEIGHT_GROUP_ENTRIES: u32 = 8;
 /// (and so how many of a unit's instructions a `matmul` issued behind them can overlap its first loads with).
 pub const ISSUE_QUEUE_DEPTH: u32 = 4;
 
+/// Chunks (16 elements, 8 pairs) of a `rope` head whose two table lines the vector unit keeps from a row's
+/// first head for its other heads, which then read only their own elements: heads of `head_dim` 32 to 256
+/// (one chunk is written as the next head would read it; longer heads read their table for every head).
+pub const ROPE_TABLE_CHUNKS: u32 = 16;
+
 /// The hardware parameters of one overlay build.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,7 +8,10 @@
 //!    chunk's operand lines are read from the scratchpad one per cycle (`a`, `b`, the gains or the two table
 //!    lines, and for the last chunk of an FP16 row of odd length the old last word, whose upper half is the
 //!    row's padding and is written back as it was); two edges after its last read the chunk enters the
-//!    datapath, while the next chunk's reads go on. A chunk takes as many cycles as it has reads.
+//!    datapath, while the next chunk's reads go on. A chunk takes as many cycles as it has reads. RoPE keeps
+//!    the table lines of a row's first head in a small memory (`tcache`, [`ROPE_TABLE_CHUNKS`] chunks) and
+//!    gives them to the row's other heads, whose chunks then read only their own line (`neox`: two), where
+//!    a head has 2 to `ROPE_TABLE_CHUNKS` chunks.
 //! 3. **Store**: [`dp::dp_latency`] edges later the chunk's results come out and are written through the
 //!    write port (RoPE `neox`: its two halves in two cycles); a `vop` with `red` adds the squares of the
 //!    stored values onto the row's accumulator and writes `RED[j]` at the end of the row.
@@ -30,6 +33,10 @@ use crate::round::Round;
 use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use dp::VectorDatapath;
 pub use dp::VEC_LANES;
+use opu_hw::config::ROPE_TABLE_CHUNKS;
+
+// (`tcache` has 2^4 entries and `reuse` compares `head_dim` with 16 x 16)
+const _: () = assert!(ROPE_TABLE_CHUNKS == 16);
 use opu_hw::isa::NUM_RED;
 use opu_hw::numerics::vector::{LaneOp, VecOp};
 use opu_hw::regs::ErrorCode;
@@ -183,6 +190,14 @@ pub struct VectorUnit {
     sc: DFF<Bits<256>>,
     sd: DFF<Bits<256>>,
     old_hi: DFF<Bits<16>>,
+    /// RoPE: the two table lines of each chunk of a head (`head_dim` up to `ROPE_TABLE_CHUNKS` x 16), kept
+    /// from the row's first head for the others, which then read only their pairs: a chunk of a later head
+    /// takes one read (`normal`) or two (`neox`) instead of three or four. Indexed by the chunk in its head.
+    tcache: RAM<Bits<512>, 4>,
+    /// The read of the previous cycle was a chunk's last and its table lines come from `tcache`; the
+    /// chunk index of that read.
+    cap_t: DFF<Bit>,
+    cap_c: DFF<Bits<4>>,
     /// A chunk whose reads are all out (A), whose data is all in (B: it enters the datapath).
     ma_v: DFF<Bit>,
     ma_meta: DFF<Bits<64>>,
@@ -283,6 +298,10 @@ pub struct VectorUnit {
     all_end: Signal<Local, Bit>,
     halflast: Signal<Local, Bit>,
     need: Signal<Local, Bits<5>>,
+    /// The chunk at the read pointers is a RoPE chunk of a head after the row's first, whose table lines
+    /// `tcache` holds; its index in the head.
+    reuse: Signal<Local, Bit>,
+    chunk_i: Signal<Local, Bits<4>>,
     cur: Signal<Local, Bits<5>>,
     slot: Signal<Local, Bits<3>>,
     rest: Signal<Local, Bits<5>>,
@@ -395,6 +414,11 @@ impl VectorUnit {
             sb: Default::default(),
             sc: Default::default(),
             sd: Default::default(),
+            tcache: Default::default(),
+            cap_t: Default::default(),
+            cap_c: Default::default(),
+            reuse: Default::default(),
+            chunk_i: Default::default(),
             old_hi: Default::default(),
             ma_v: Default::default(),
             ma_meta: Default::default(),
@@ -520,7 +544,7 @@ impl Logic for VectorUnit {
             self, clock, state, kind, pc, op, td, t1, t2, redm, rows, dst, s1, s2, n, eps, neox, heads, hd, rd,
             vscale, use2, elems, len_d, len_1, len_2, pitch_d, pitch_1, pitch_2, trap_r, trap_code_r, trap_info_r, j, h,
             e, seglen, rb_d, rb_1, rb_2, p_d, p_1, p_2, st_d, st_1, st_2, pw_d, pw_1, pw_2, x1off, rem, cap_v, cap_s, sa,
-            sb, sc, sd, old_hi, ma_v, ma_meta, ma_n, mb_v, mb_meta, mb_n, inv, inv_ready, inflight, w2_v, w2_addr,
+            sb, sc, sd, old_hi, cap_t, cap_c, ma_v, ma_meta, ma_n, mb_v, mb_meta, mb_n, inv, inv_ready, inflight, w2_v, w2_addr,
             w2_data, jo, ofirst, acc, acc_nf, am_f, am_k, am_i, oe
         );
         self.dp.clock.next = self.clock.val();
@@ -619,10 +643,23 @@ impl Logic for VectorUnit {
         if self.kind.q.val() == VecKind::Rms {
             self.need.next = 5.into();
         }
+        // (RoPE: a head after the row's first takes its table lines from `tcache`, where heads have 2 to
+        // ROPE_TABLE_CHUNKS chunks: with one, the first head's line would be written in the cycle it is read)
+        self.chunk_i.next = self.e.q.val().get_bits::<4>(3);
+        self.reuse.next = (self.kind.q.val() == VecKind::Rope)
+            & (self.h.q.val() != 0)
+            & (self.hd.q.val() >= 32)
+            & (self.hd.q.val() <= 256);
         if self.kind.q.val() == VecKind::Rope {
             self.need.next = 13.into();
             if self.neox.q.val() {
                 self.need.next = 15.into();
+            }
+            if self.reuse.val() {
+                self.need.next = 1.into();
+                if self.neox.q.val() {
+                    self.need.next = 3.into();
+                }
             }
         }
         if self.halflast.val() {
@@ -669,6 +706,21 @@ impl Logic for VectorUnit {
         self.red_wdata.next = 0.into();
         self.round.acc.next = signed_cast(self.red_rdata.val().get_bits::<ACC_BITS>(0));
         self.round.nf.next = self.red_rdata.val().get_bit(96);
+
+        // ---- the table cache: read at the chunk's index (its data the next cycle, beside the chunk's last
+        // line), written with a chunk's two table lines as the second arrives
+        self.tcache.read_clock.next = self.clock.val();
+        self.tcache.write_clock.next = self.clock.val();
+        self.tcache.read_address.next = self.chunk_i.val();
+        self.tcache.write_address.next = self.cap_c.q.val();
+        self.tcache.write_data.next = bit_cast::<512, 256>(self.sc.q.val()) | (bit_cast::<512, 256>(self.s_rdata.val()) << 256);
+        self.tcache.write_enable.next = self.cap_v.q.val() & (self.cap_s.q.val() == 3) & (self.kind.q.val() == VecKind::Rope);
+        self.cap_c.d.next = self.chunk_i.val();
+        self.cap_t.d.next = false;
+        if self.cap_t.q.val() {
+            self.sc.d.next = self.tcache.read_data.val().get_bits::<256>(0);
+            self.sd.d.next = self.tcache.read_data.val().get_bits::<256>(256);
+        }
 
         // ---- captures: the line read in the previous cycle goes to its slot
         self.cap_v.d.next = false;
@@ -1005,6 +1057,7 @@ impl Logic for VectorUnit {
                 self.rem.d.next = self.rest.val();
                 self.progress.next = true;
                 if self.rest.val() == 0 {
+                    self.cap_t.d.next = self.reuse.val();
                     self.ma_v.d.next = true;
                     self.ma_n.d.next = self.nv.val();
                     self.ma_meta.d.next = bit_cast::<64, 20>(self.p_d.q.val())

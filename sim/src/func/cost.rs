@@ -33,7 +33,7 @@
 //! `STALL_CYCLES`: the cycles of a `matmul` in which the array had no block to take (its cycles less its
 //! compute steps); 0 for the other instructions.
 
-use opu_hw::config::ISSUE_QUEUE_DEPTH;
+use opu_hw::config::{ISSUE_QUEUE_DEPTH, ROPE_TABLE_CHUNKS};
 use opu_hw::isa::{ExecUnit, Instr, RopeStyle};
 use opu_hw::numerics::vector::{DType, VecOp};
 use opu_hw::numerics::WeightFormat;
@@ -164,12 +164,17 @@ impl CostModel {
                 (VECTOR_BASE + u64::from(rows) * RMS_INV + vector_reads(u64::from(rows), u64::from(n), 2), 0)
             }
             Instr::Rope { style, heads, head_dim, rows, .. } => {
-                let reads = match style {
-                    RopeStyle::Normal => 3,
-                    RopeStyle::Neox => 4,
+                // a chunk reads its pairs (one line, `neox` two) and the two lines of its table pairs, but for
+                // a head after the row's first, whose table lines the unit keeps from the first (heads of
+                // 2 to ROPE_TABLE_CHUNKS chunks)
+                let pairs = match style {
+                    RopeStyle::Normal => 1,
+                    RopeStyle::Neox => 2,
                 };
-                let chunks = u64::from(rows) * u64::from(heads) * u64::from(head_dim).div_ceil(16);
-                (VECTOR_BASE + chunks * reads, 0)
+                let chunks = u64::from(head_dim).div_ceil(16);
+                let later = if (2..=u64::from(ROPE_TABLE_CHUNKS)).contains(&chunks) { pairs } else { pairs + 2 };
+                let row = chunks * (pairs + 2) + u64::from(heads).saturating_sub(1) * chunks * later;
+                (VECTOR_BASE + u64::from(rows) * row, 0)
             }
             Instr::Argmax { n, .. } => (VECTOR_BASE + u64::from(n).div_ceil(8), 0),
             Instr::Attn { group, .. } => {
