@@ -651,7 +651,8 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         }
         for t in 0..b {
             blk.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
-            for kh in 0..hkv {
+            // a `kvappend` per `attn`'s KV heads (`attn_heads`)
+            for kh in (0..hkv).step_by(attn_heads) {
                 let off = t * kv_row_spm + kh * hd * 2;
                 let head = (kh * hd * 2) as u64;
                 blk.push(Instr::Kvappend { pos: r(2), ksrc: s.k + words(off), vsrc: s.v + words(off), k: line(la.k_cache + head), v: line(la.v_cache + head) });

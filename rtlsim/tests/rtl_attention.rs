@@ -24,21 +24,32 @@ fn kvappend_equals_the_functional_simulator() {
     }
     let mut rng = Rng(0x4a7_0001);
     let data: Vec<u8> = (0..WINDOW).map(|_| rng.next_u64() as u8).collect();
-    for case in 0..10 {
+    // (the last cases: several KV heads per `kvappend`, the `attn_heads` CSR, up to Llama-7B's 8 of 128)
+    for case in 0..16 {
         let hd = [16u32, 32, 48, 64, 128][rng.below(5) as usize];
-        let stride = hd * 2 / 32 * (1 + rng.below(3) as u32);
+        let heads = match case {
+            0..10 => 1,
+            15 => 8,
+            _ => 1 + rng.below(u64::from(256 / hd).min(8)) as u32,
+        };
+        let hd = if case == 15 { 128 } else { hd };
+        let stride = heads * hd * 2 / 32 * (1 + rng.below(if case == 15 { 1 } else { 2 }) as u32);
         let marked = case % 3 != 2;
         let mut p = format!(
-            "load spm=0 mem={} bytes=4096 idx=r0 stride=0\n\
+            "load spm=0 mem={} bytes=8192 idx=r0 stride=0\n\
              csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=kv_stride rs=r0 imm={stride}\n",
             SRC / 32
         );
+        if heads > 1 || case == 10 {
+            // (case 10: the CSR written, with 1)
+            p += &format!("csrw csr=attn_heads rs=r0 imm={heads}\n");
+        }
         if marked {
             p += &format!("csrw csr=kv_present rs=r0 imm={}\n", PRESENCE / 32);
         }
         // a few positions, K and V from anywhere in the loaded words (word-aligned, not line-aligned)
         for _ in 0..3 {
-            let pos = rng.below(20);
+            let pos = rng.below(if case == 15 { 8 } else { 20 });
             let (ks, vs) = (rng.below(400), 400 + rng.below(400));
             p += &format!(
                 "seti rd=r5 imm={pos}\nkvappend pos=r5 ksrc={ks} vsrc={vs} k={} v={}\n",
@@ -49,7 +60,7 @@ fn kvappend_equals_the_functional_simulator() {
         // the K and V caches overlapping: V is written after K and wins
         p += &format!("seti rd=r6 imm=2\nkvappend pos=r6 ksrc=8 vsrc=900 k={} v={}\nend\n", KCACHE / 32, KCACHE / 32 + 1);
         let cycles = compare_with_func(&p, &data);
-        eprintln!("case {case}: head_dim {hd}, kv_stride {stride}, marked {marked}: {cycles} cycles");
+        eprintln!("case {case}: {heads} heads of {hd}, kv_stride {stride}, marked {marked}: {cycles} cycles");
     }
 }
 
@@ -67,12 +78,20 @@ fn kvappend_traps_equal_the_functional_simulator() {
         ("head_dim above 1023", "csrw csr=head_dim rs=r0 imm=1024", "kvappend pos=r5 ksrc=0 vsrc=64 k=0x200 v=0x400".into()),
         ("K source past the scratchpad", "csrw csr=head_dim rs=r0 imm=64", "kvappend pos=r5 ksrc=0x3FFF0 vsrc=64 k=0x200 v=0x400".into()),
         ("V source past the scratchpad", "csrw csr=head_dim rs=r0 imm=64", "kvappend pos=r5 ksrc=0 vsrc=0x3FFFF k=0x200 v=0x400".into()),
-        ("K row past device memory", "csrw csr=head_dim rs=r0 imm=64", format!("kvappend pos=r5 ksrc=0 vsrc=64 k={} v=0x400", mem_lines - 20)),
+        ("K row past device memory", "csrw csr=head_dim rs=r0 imm=64", format!("kvappend pos=r5 ksrc=0 vsrc=64 k={} v=0x400", mem_lines - 13)),
         ("V row past device memory", "csrw csr=head_dim rs=r0 imm=64", format!("kvappend pos=r5 ksrc=0 vsrc=64 k=0x200 v={}", mem_lines - 3)),
         (
             "rows far past device memory (P x kv_stride beyond 32 bits)",
             "csrw csr=head_dim rs=r0 imm=64\nseti rd=r5 imm=0xFFFFFFFF\ncsrw csr=kv_stride rs=r0 imm=0xFFFFFFF0",
             "kvappend pos=r5 ksrc=0 vsrc=64 k=0x200 v=0x400".into(),
+        ),
+        ("9 KV heads", "csrw csr=head_dim rs=r0 imm=16\nseti rd=r7 imm=9\ncsrw csr=attn_heads rs=r7 imm=0", "kvappend pos=r5 ksrc=0 vsrc=64 k=0x200 v=0x400".into()),
+        ("5 KV heads of 256", "csrw csr=head_dim rs=r0 imm=256\ncsrw csr=attn_heads rs=r0 imm=5", "kvappend pos=r5 ksrc=0 vsrc=64 k=0x200 v=0x400".into()),
+        ("4 KV heads: V source past the scratchpad", "csrw csr=head_dim rs=r0 imm=64\ncsrw csr=attn_heads rs=r0 imm=4", "kvappend pos=r5 ksrc=0 vsrc=0x3FFC0 k=0x200 v=0x400".into()),
+        (
+            "4 KV heads: K row past device memory",
+            "csrw csr=head_dim rs=r0 imm=64\ncsrw csr=attn_heads rs=r0 imm=4",
+            format!("kvappend pos=r5 ksrc=0 vsrc=64 k={} v=0x400", mem_lines - 20),
         ),
         (
             "presence byte past device memory",

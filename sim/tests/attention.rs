@@ -169,6 +169,47 @@ fn kvappend_stores_one_head_and_marks_the_position() {
     assert_eq!(sim.stats().bytes_written, 2 * 64);
 }
 
+/// `kvappend` with `attn_heads` = 3: the three KV heads' K (V) rows, side by side in the scratchpad, land side
+/// by side in the position's row, and nothing around them; the heads beyond the attention unit trap.
+#[test]
+fn kvappend_over_several_kv_heads_stores_their_rows_side_by_side() {
+    let mut r = rng(23);
+    let mut sim = sim();
+    // 3 heads of 32: 192 bytes per K (V) row, 6 lines; kv_stride 8 leaves 2 lines between the rows
+    let k = small_f16s(&mut r, 96, 1.0);
+    let v = small_f16s(&mut r, 96, 1.0);
+    spm_put(&mut sim, 0x10, &f16_bytes(&k));
+    spm_put(&mut sim, 0x80, &f16_bytes(&v));
+    let fill = vec![0xA5u8; 64 * 32];
+    mem_put(&mut sim, 0x2000, &fill);
+    mem_put(&mut sim, 0x3000, &fill);
+    let text = format!(
+        "csrw csr=head_dim rs=r0 imm=32
+         csrw csr=kv_stride rs=r0 imm=8
+         csrw csr=attn_heads rs=r0 imm=3
+         csrw csr=kv_present rs=r0 imm={PRESENCE}
+         kvappend pos=r9 ksrc=0x10 vsrc=0x80 k=0x2000 v=0x3000
+         end"
+    );
+    run_ok(&mut sim, &text, &[0, 4]);
+    for (base, want) in [(0x2000, &k), (0x3000, &v)] {
+        assert_eq!(mem_get(&mut sim, base + 4 * 8, 192), f16_bytes(want));
+        // the lines before and after the row are as they were
+        assert_eq!(mem_get(&mut sim, base, 4 * 8 * 32), fill[..4 * 8 * 32]);
+        assert_eq!(mem_get(&mut sim, base + 4 * 8 + 6, 2 * 32), fill[..64]);
+    }
+    assert_eq!(mem_get(&mut sim, PRESENCE, 8), [0, 0, 0, 0, 1, 0, 0, 0]);
+    assert_eq!(sim.stats().bytes_written, 2 * 192 + 1);
+    // attn_heads 0 counts as 1 head; 9 heads, or 5 of 256 (1,280 elements), do not fit
+    run_ok(&mut sim, "csrw csr=head_dim rs=r0 imm=32\ncsrw csr=attn_heads rs=r0 imm=0\nkvappend pos=r9 ksrc=0x10 vsrc=0x80 k=0x2000 v=0x3000\nend", &[0, 1]);
+    assert_eq!(sim.stats().bytes_written, 2 * 64);
+    for (heads, hd) in [(9u32, 16u32), (5, 256)] {
+        let text = format!("csrw csr=head_dim rs=r0 imm={hd}\ncsrw csr=attn_heads rs=r0 imm={heads}\nkvappend pos=r0 ksrc=0 vsrc=0 k=0x2000 v=0x3000\nend");
+        let res = run(&mut sim, &text, &[]);
+        expect_trap(&mut sim, res, ErrorCode::BadOperand, 2, 0);
+    }
+}
+
 /// Router weights: execute logit, skip logit, then the two biases.
 fn router(we: &[u16], ws: &[u16], be: u16, bs: u16) -> Vec<u8> {
     let mut b = f16_bytes(we);

@@ -67,7 +67,10 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("ldr rd=r1 spm=0", 72),
     // the attention unit (head size 64 as SmolLM2, groups of 1 to 5, up to 128 positions; and head sizes 32
     // and 128; every position present)
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00", 98),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00", 92),
+    // (one `kvappend` of several KV heads: SmolLM2's 3 of 64, Llama-7B's 8 of 128)
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_heads rs=r0 imm=3;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00", 108),
+    ("csrw csr=head_dim rs=r0 imm=128;csrw csr=kv_stride rs=r0 imm=64;csrw csr=attn_heads rs=r0 imm=8;kvappend pos=r2 ksrc=880 vsrc=1392 k=0x4cac00 v=0x4d0000", 212),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=1;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 416),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=2;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 432),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=3;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 448),
@@ -108,7 +111,7 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 859),
     ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=576 cols=1536 w=0x1000", 8953),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1969),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1699),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1693),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 3773),
     ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 909),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 603),

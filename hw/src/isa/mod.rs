@@ -45,6 +45,13 @@ pub fn attn_heads_fit(heads: u64, group: u64, head_dim: u64) -> bool {
     heads.saturating_mul(2 * group.div_ceil(2)) <= ATTN_MAX_PADDED_HEADS && heads.saturating_mul(head_dim) <= ATTN_MAX_ROW_ELEMS
 }
 
+/// Whether a `kvappend` of `heads` KV heads (the `attn_heads` CSR, 0 counting as 1) of `head_dim` fits:
+/// the heads an `attn` of one query head per KV head takes (docs/isa.md, `kvappend`); else it traps
+/// BAD_OPERAND.
+pub fn kvappend_heads_fit(heads: u64, head_dim: u64) -> bool {
+    attn_heads_fit(heads, 1, head_dim)
+}
+
 /// Layout of one field of an instruction.
 #[derive(Clone, Copy, Debug)]
 pub struct FieldSpec {
@@ -224,7 +231,8 @@ isa! {
     /// Attention of `group` FP16 query heads at `q` (sharing KV head `kvh`) over positions `0..r[len]` of
     /// the K/V rows at lines `k`, `v`, with online softmax and the KV history buffer; output at `dst`.
     0x40 "attention" Attn "attn" { group: u32 = 4, kvh: u32 = 8, len: Reg = 4, dst: u32 = 20, q: u32 = 20, k: u32 = 32, v: u32 = 32 }
-    /// KV append: stores one head's K and V (FP16, `head_dim`) for position `r[pos]` and marks it present.
+    /// KV append: stores the K and V (FP16, `attn_heads` x `head_dim`) of KV heads side by side for position
+    /// `r[pos]` and marks it present.
     0x41 "attention" Kvappend "kvappend" { pos: Reg = 4, ksrc: u32 = 20, vsrc: u32 = 20, k: u32 = 32, v: u32 = 32 }
     /// Fixed-point convolution (shape in the CONV_* CSRs), weights and bias at line `w`, output requantized
     /// by `shift`, optional ReLU.

@@ -32,11 +32,12 @@
 //! At the end `recip(l)` per head, and lanes 0-7 compute `o x recip(l)` rounded to FP16 into the scratchpad,
 //! a chunk per cycle.
 //!
-//! **`kvappend`** stores one KV head's K and V rows of position `P = r[pos]` from the scratchpad to device
-//! memory (`32 (k + P kv_stride)`, `head_dim` FP16 each: whole lines, since `head_dim` is a multiple of 16)
-//! and, when `kv_present` is not 0xFFFFFFFF, sets presence byte `P` to 1. It is checked before it writes
-//! anything, in the functional simulator's order: the `head_dim` CSR, the two scratchpad spans, the two
-//! rows' and the presence byte's device-memory spans. Then each line is read from the scratchpad and offered
+//! **`kvappend`** stores the K and V rows of `H` KV heads (the `attn_heads` CSR, as `attn`) of position
+//! `P = r[pos]` from the scratchpad to device memory (`32 (k + P kv_stride)`, `H x head_dim` FP16 each: whole
+//! lines, since `head_dim` is a multiple of 16) and, when `kv_present` is not 0xFFFFFFFF, sets presence byte
+//! `P` to 1. It is checked before it writes anything, in the functional simulator's order: the `head_dim`
+//! CSR, `H` (`opu_hw::isa::kvappend_heads_fit`), the two scratchpad spans, the two rows' and the presence
+//! byte's device-memory spans. Then each line is read from the scratchpad and offered
 //! to the memory the next cycle: K's lines, V's, and the presence byte as a one-byte write (in that order,
 //! so V wins where the rows overlap, as in the functional simulator).
 //!
@@ -971,6 +972,10 @@ impl Logic for AttentionUnit {
         self.raise_info.next = 0.into();
         self.spm_start.next = bit_cast::<32, 20>(self.ksrc.q.val()) << 2;
         self.spm_len.next = self.row_bytes.val();
+        if self.kv_op.q.val() {
+            // kvappend: the rows of its KV heads (`heads`, from Check1 on)
+            self.spm_len.next = self.arow_bytes.val();
+        }
         if self.state.q.val() == AttnState::Check2 {
             self.spm_start.next = bit_cast::<32, 20>(self.vsrc.q.val()) << 2;
         }
@@ -992,6 +997,9 @@ impl Logic for AttentionUnit {
         }
         self.mem_start.next = self.krow.q.val() << 5;
         self.mem_len.next = bit_cast::<72, 32>(self.row_bytes.val());
+        if self.kv_op.q.val() {
+            self.mem_len.next = bit_cast::<72, 32>(self.arow_bytes.val());
+        }
         if self.state.q.val() == AttnState::PosGo {
             self.mem_len.next = bit_cast::<72, 32>(self.arow_bytes.val());
         }
@@ -1498,7 +1506,12 @@ impl Logic for AttentionUnit {
                 self.mark_byte.d.next = (bit_cast::<72, 32>(self.kvp.q.val()) << 5) + bit_cast::<72, 32>(self.pos.q.val());
                 self.second.d.next = false;
                 self.state.d.next = AttnState::Check1;
+                // the KV heads (`attn_heads`, 0 counting as 1): `opu_hw::isa::kvappend_heads_fit`
+                self.heads.d.next = self.heff.val().get_bits::<4>(0);
                 if (self.hd.q.val() == 0) | (self.hd.q.val().get_bits::<4>(0) != 0) | (self.hd.q.val() > 1023) {
+                    self.raise.next = true;
+                }
+                if (self.heff.val() > 8) | ((bit_cast::<16, 4>(self.heff.val().get_bits::<4>(0)) * self.hd.q.val().get_bits::<16>(0)) > 1024) {
                     self.raise.next = true;
                 }
             }
@@ -1555,15 +1568,21 @@ impl Logic for AttentionUnit {
                 self.state.d.next = AttnState::LineWrite;
             }
             AttnState::LineWrite => {
+                // a line per cycle: with this one taken, the next one of the row is read now and offered
+                // next cycle (a row starts with a LineRead)
                 self.m_req.next = true;
                 if self.m_req_ready.val() {
                     self.progress.next = true;
                     self.li.d.next = self.li.q.val() + 1;
-                    self.state.d.next = AttnState::LineRead;
-                    if self.li.q.val() + 1 == self.nl.val() {
+                    self.s_raddr.next = self.ksrc.q.val() + (bit_cast::<20, 8>(self.li.q.val() + 1) << 3);
+                    if self.second.q.val() {
+                        self.s_raddr.next = self.vsrc.q.val() + (bit_cast::<20, 8>(self.li.q.val() + 1) << 3);
+                    }
+                    if self.li.q.val() + 1 == self.nlh.val() {
                         self.li.d.next = 0.into();
                         self.second.d.next = true;
-                        self.wr_total.d.next = self.wr_total.q.val() + bit_cast::<64, 32>(self.row_bytes.val());
+                        self.state.d.next = AttnState::LineRead;
+                        self.wr_total.d.next = self.wr_total.q.val() + bit_cast::<64, 32>(self.arow_bytes.val());
                         if self.second.q.val() {
                             self.state.d.next = AttnState::Mark;
                             if self.kvp.q.val() == self.ones32.val() {

@@ -100,8 +100,9 @@ mod rtl {
     pub const ATTN_UPDATE_GAP: u64 = 15;
     /// `attn`: the least cycles between two positions' scores (a softmax row takes a score every 10).
     pub const ATTN_SCORE_GAP: u64 = 10;
-    /// `kvappend`: checks and the presence byte, then a line per cycle.
-    pub const KVAPPEND_BASE: u64 = 15;
+    /// `kvappend`: checks and the presence byte, then a line per cycle (and a cycle for each of its two
+    /// rows' first read).
+    pub const KVAPPEND_BASE: u64 = 9;
     /// A presence or row-index line read with nothing else in flight: its request, response and the state
     /// that takes it, beyond the memory latency.
     pub const INDEX_LINE: u64 = 3;

@@ -282,14 +282,18 @@ impl Machine {
 
     pub(super) fn kvappend(&mut self, pos: Reg, ksrc: u32, vsrc: u32, k: u32, v: u32) -> Result<(), Trap> {
         let hd = self.head_dim()?;
+        // `attn_heads` KV heads, their rows side by side (as `attn` reads them)
+        let heads = self.attn_heads();
+        require(opu_hw::isa::kvappend_heads_fit(heads as u64, hd as u64))?;
+        let n = heads * hd;
         let p = u64::from(self.reg(pos));
-        let ks = self.spm_range(Span::new(word(ksrc), 2 * hd as u128))?;
-        let vs = self.spm_range(Span::new(word(vsrc), 2 * hd as u128))?;
+        let ks = self.spm_range(Span::new(word(ksrc), 2 * n as u128))?;
+        let vs = self.spm_range(Span::new(word(vsrc), 2 * n as u128))?;
         // the row: the index entry of `P`, or `P`
         let index_r = self.kv_index_span(p, 1)?;
         let row = index_r.as_ref().map_or(p, |r| self.index_entry(r, 0));
-        let km = self.mem_range(self.kv_row(k, row, hd))?;
-        let vm = self.mem_range(self.kv_row(v, row, hd))?;
+        let km = self.mem_range(self.kv_row(k, row, n))?;
+        let vm = self.mem_range(self.kv_row(v, row, n))?;
         let kvp = self.csr(Csr::KvPresent);
         let mark = if kvp != ALL_PRESENT {
             Some(self.mem_range(Span::new(line(u128::from(kvp)) + u128::from(p), 1))?)
