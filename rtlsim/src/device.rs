@@ -45,6 +45,9 @@ mod imp {
         doorbell_at: u64,
         vcd_window: Option<VcdWindow>,
         progress: Option<Progress>,
+        /// Back-pressure: a xorshift state that withholds `m_req_ready` and `w_req_ready` in about a
+        /// quarter of the cycles each ([`RtlSim::set_backpressure`]); 0 for a memory that takes every request.
+        stall_rng: u64,
     }
 
     /// Called with the cycles since the doorbell while `wait_done` simulates.
@@ -78,6 +81,7 @@ mod imp {
                 doorbell_at: 0,
                 vcd_window: None,
                 progress: None,
+                stall_rng: 0,
             };
             s.top.set_reset(1);
             s.step();
@@ -88,6 +92,26 @@ mod imp {
 
         pub fn config(&self) -> &OverlayConfig {
             &self.config
+        }
+
+        /// Makes the memory refuse requests at random from now on, as a busy memory controller does: each
+        /// port's ready is withheld in about a quarter of the cycles, from a generator seeded with `seed`
+        /// (0 turns it off). The overlay must give the same results, only later.
+        pub fn set_backpressure(&mut self, seed: u64) {
+            self.stall_rng = seed;
+        }
+
+        /// Whether the memory takes a request on a port this cycle.
+        fn ready(&mut self) -> bool {
+            if self.stall_rng == 0 {
+                return true;
+            }
+            let mut x = self.stall_rng;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.stall_rng = x;
+            x % 4 != 0
         }
 
         /// Core cycles simulated since the model was made.
@@ -178,8 +202,9 @@ mod imp {
                 }
                 _ => self.top.set_w_resp(0),
             }
-            self.top.set_m_req_ready(1);
-            self.top.set_w_req_ready(1);
+            let (m_ready, w_ready) = (self.ready(), self.ready());
+            self.top.set_m_req_ready(u64::from(m_ready));
+            self.top.set_w_req_ready(u64::from(w_ready));
             self.top.eval();
             // The memory moves one line or one beat per cycle (the preset's 64 bytes); the top requests on
             // one port at a time.
@@ -187,10 +212,10 @@ mod imp {
                 !(self.top.m_req() == 1 && self.top.w_req() == 1),
                 "the top requested a line and a beat in the same cycle ({now})"
             );
-            if self.top.w_req() == 1 {
+            if self.top.w_req() == 1 && w_ready {
                 self.pending_beats.push_back((now + self.latency, self.top.w_addr()));
             }
-            if self.top.m_req() == 1 {
+            if self.top.m_req() == 1 && m_ready {
                 let line = self.top.m_addr();
                 if self.top.m_write() == 1 {
                     let data = self.top.m_wdata_words();
@@ -332,6 +357,10 @@ impl RtlSim {
     }
 
     pub fn set_progress(&mut self, _: Option<Box<dyn FnMut(u64) + Send>>) {
+        match self.never {}
+    }
+
+    pub fn set_backpressure(&mut self, _: u64) {
         match self.never {}
     }
 }

@@ -79,24 +79,38 @@ pub fn run_program(who: &str, dev: &mut dyn Device, code: &[u8], data: &[u8]) ->
 }
 
 /// Runs the program `text` on the RTL (sim preset) and on the functional simulator over `data` and asserts
-/// that they leave the same outcome, device-memory window, registers and counters; returns the RTL's cycles.
+/// that they leave the same outcome, device-memory window, registers and counters; then once more on the
+/// RTL with a memory that refuses requests at random (`RtlSim::set_backpressure`), which must change
+/// nothing but the time. Returns the RTL's cycles with the memory that takes every request.
 pub fn compare_with_func(text: &str, data: &[u8]) -> u64 {
     let config = OverlayConfig::sim();
     let code = encode_program(&assemble(text).unwrap_or_else(|e| panic!("{e}\n{text}"))).unwrap();
     let mut func = opu_sim::FuncSim::new(&config);
-    let mut rtl = opu_rtlsim::RtlSim::new(&config).unwrap();
     let (want, _) = run_program("functional simulator", &mut func, &code, data);
-    let (got, cycles) = run_program("RTL", &mut rtl, &code, data);
-    assert_eq!(got.result, want.result, "outcome\n{text}");
-    if let Some(i) = got.mem.iter().zip(&want.mem).position(|(a, b)| a != b) {
-        let lo = i & !15;
-        panic!(
-            "device memory byte {i:#x}: RTL {:02x?} functional {:02x?} (16 bytes from {lo:#x})\n{text}",
-            &got.mem[lo..lo + 16],
-            &want.mem[lo..lo + 16]
-        );
+    let mut cycles = 0;
+    for backpressure in [0, 0x9e37_79b9_7f4a_7c15u64 ^ text.len() as u64] {
+        let mut rtl = opu_rtlsim::RtlSim::new(&config).unwrap();
+        rtl.set_backpressure(backpressure);
+        let (got, c) = run_program("RTL", &mut rtl, &code, data);
+        let how = if backpressure == 0 { "" } else { " (the memory refusing requests at random)" };
+        assert_eq!(got.result, want.result, "outcome{how}\n{text}");
+        if let Some(i) = got.mem.iter().zip(&want.mem).position(|(a, b)| a != b) {
+            let lo = i & !15;
+            panic!(
+                "device memory byte {i:#x}{how}: RTL {:02x?} functional {:02x?} (16 bytes from {lo:#x})\n{text}",
+                &got.mem[lo..lo + 16],
+                &want.mem[lo..lo + 16]
+            );
+        }
+        assert_eq!(got.regs, want.regs, "registers r0..r15, predicates{how}\n{text}");
+        assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS, SKIPPED_BLOCKS, KV_HISTORY_MISSES{how}\n{text}");
+        if backpressure == 0 {
+            cycles = c;
+        } else {
+            // (every program fetches its instructions through the memory: the refusals must cost time; a
+            // trapped run reports no cycles)
+            assert!(want.result.is_err() || c > cycles, "no more cycles with a memory that refuses requests ({c}, {cycles})\n{text}");
+        }
     }
-    assert_eq!(got.regs, want.regs, "registers r0..r15, predicates\n{text}");
-    assert_eq!(got.counters, want.counters, "INSTRET, BYTES_READ, BYTES_WRITTEN, MACS, KV_HISTORY_HITS, SKIPPED_BLOCKS, KV_HISTORY_MISSES\n{text}");
     cycles
 }
