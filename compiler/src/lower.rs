@@ -318,7 +318,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         let attn_norm = image.put(&n.attn_norm, "norms", gains(&n.attn_norm)?);
         let ffn_norm = image.put(&n.ffn_norm, "norms", gains(&n.ffn_norm)?);
         let [wq, wk, wv, wo, w_gate, w_up, w_down] = mats;
-        // q, k and v, and gate and up, back to back where they can be (`Image::put_after`): one `matmul`
+        // q, k and v, and gate and up, back to back where they can be (`Image::put_matrix_after`): one `matmul`
         // then streams them as one matrix
         let (q_at, k_at, v_at) = {
             let q = image.put_matrix(wq);
@@ -635,15 +635,16 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // back in one format, one `matmul` computes them (each output row is computed on its own, so the
         // result is the same bits), and one `rope` turns q and k. The matrix unit then pays its start and
         // end once.
+        // (a `matmul` has at most 65,535 rows, a `rope` 255 heads)
         let one_row = b == 1;
-        if one_row && follows(la.wq, e, e, la.wk) && follows(la.wk, kv, e, la.wv) {
+        if one_row && e + 2 * kv <= usize::from(u16::MAX) && follows(la.wq, e, e, la.wk) && follows(la.wk, kv, e, la.wv) {
             mm(&mut blk, la.wq, s.q, s.xn, e + 2 * kv, e, false, RedMode::None, DType::F16);
         } else {
             mm(&mut blk, la.wq, s.q, s.xn, e, e, false, RedMode::None, DType::F16);
             mm(&mut blk, la.wk, s.k, s.xn, kv, e, false, RedMode::None, DType::F16);
             mm(&mut blk, la.wv, s.v, s.xn, kv, e, false, RedMode::None, DType::F16);
         }
-        if one_row {
+        if one_row && h + hkv <= usize::from(u8::MAX) {
             blk.push(Instr::Rope { style: RopeStyle::Normal, heads: (h + hkv) as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
         } else {
             blk.push(Instr::Rope { style: RopeStyle::Normal, heads: h as u32, head_dim: hd as u32, rows: n, dst: s.q, src: s.q, table: s.rope });
@@ -678,7 +679,7 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // FFN block.
         let mut blk = Vec::new();
         rmsnorm(&mut blk, la.ffn_norm);
-        if b == 1 && follows(la.w_gate, f, e, la.w_up) {
+        if b == 1 && 2 * f <= usize::from(u16::MAX) && follows(la.w_gate, f, e, la.w_up) {
             mm(&mut blk, la.w_gate, s.gate, s.xn, 2 * f, e, false, RedMode::None, DType::F16);
         } else {
             mm(&mut blk, la.w_gate, s.gate, s.xn, f, e, false, RedMode::None, DType::F16);

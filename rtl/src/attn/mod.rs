@@ -37,9 +37,10 @@
 //! lines, since `head_dim` is a multiple of 16) and, when `kv_present` is not 0xFFFFFFFF, sets presence byte
 //! `P` to 1. It is checked before it writes anything, in the functional simulator's order: the `head_dim`
 //! CSR, `H` (`opu_hw::isa::kvappend_heads_fit`), the two scratchpad spans, the two rows' and the presence
-//! byte's device-memory spans. Then each line is read from the scratchpad and offered
-//! to the memory the next cycle: K's lines, V's, and the presence byte as a one-byte write (in that order,
-//! so V wins where the rows overlap, as in the functional simulator).
+//! byte's device-memory spans. Then the lines stream one per cycle, each read from the scratchpad the cycle
+//! before it is offered to the memory (a row's first in a cycle of its own): K's lines, V's, and the
+//! presence byte as a one-byte write (in that order, so V wins where the rows overlap, as in the functional
+//! simulator).
 //!
 //! With `kv_index` set (docs/isa.md, the row index), a present position's rows are at its index entry's row:
 //! `attn` checks the index span after the presence bytes and always scans the positions first; the scan and

@@ -34,14 +34,14 @@ use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use dp::VectorDatapath;
 pub use dp::VEC_LANES;
 use opu_hw::config::ROPE_TABLE_CHUNKS;
-
-// (`tcache` has 2^4 entries and `reuse` compares `head_dim` with 16 x 16)
-const _: () = assert!(ROPE_TABLE_CHUNKS == 16);
 use opu_hw::isa::NUM_RED;
 use opu_hw::numerics::vector::{LaneOp, VecOp};
 use opu_hw::regs::ErrorCode;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
+
+// (`tcache` has 2^4 entries and `reuse` compares `head_dim` with 16 x 16)
+const _: () = assert!(ROPE_TABLE_CHUNKS == 16);
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum VecState {
