@@ -16,10 +16,8 @@ pub const REGION_ALIGN: u64 = 4096;
 impl DevicePlan {
     /// Places a region of `bytes` and returns its byte address.
     pub fn place(&mut self, name: &str, kind: &str, bytes: u64) -> u64 {
-        let addr = self.next.div_ceil(REGION_ALIGN) * REGION_ALIGN;
-        self.regions.push(Region { name: name.into(), kind: kind.into(), addr, bytes });
-        self.next = addr + bytes;
-        addr
+        self.next = self.next.div_ceil(REGION_ALIGN) * REGION_ALIGN;
+        self.place_at_end(name, kind, bytes)
     }
     /// Places a region of `bytes` right at the end of the last one (no alignment beyond that end's) and
     /// returns its byte address.

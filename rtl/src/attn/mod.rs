@@ -501,6 +501,7 @@ pub struct AttentionUnit {
     qh_p: Signal<Local, Bits<32>>,
     nlh_p: Signal<Local, Bits<32>>,
     heads_bad: Signal<Local, Bit>,
+    kv_heads_bad: Signal<Local, Bit>,
     /// The update's, the recip's or the output's head is padding (no such query head).
     ug_pad: Signal<Local, Bit>,
     nbeat: Signal<Local, Bits<8>>,
@@ -803,6 +804,7 @@ impl AttentionUnit {
             qh_p: Default::default(),
             nlh_p: Default::default(),
             heads_bad: Default::default(),
+            kv_heads_bad: Default::default(),
             ug_pad: Default::default(),
             nbeat: Default::default(),
             nchunk: Default::default(),
@@ -941,9 +943,12 @@ impl Logic for AttentionUnit {
         if self.hcsr.q.val() == 0 {
             self.heff.next = 1.into();
         }
-        self.heads_bad.next = (self.heff.val() > 8)
-            | ((bit_cast::<16, 4>(self.heff.val().get_bits::<4>(0)) * bit_cast::<16, 5>(self.hpad.val())) > 16)
+        // (`kv_heads_bad`: more KV heads than the unit takes or their rows longer than its rings, which also
+        // bounds a `kvappend`; `heads_bad` adds the padded query heads of an `attn`)
+        self.kv_heads_bad.next = (self.heff.val() > 8)
             | ((bit_cast::<16, 4>(self.heff.val().get_bits::<4>(0)) * self.hd.q.val().get_bits::<16>(0)) > 1024);
+        self.heads_bad.next = self.kv_heads_bad.val()
+            | ((bit_cast::<16, 4>(self.heff.val().get_bits::<4>(0)) * bit_cast::<16, 5>(self.hpad.val())) > 16);
         self.ug_pad.next = bit_cast::<5, 4>(self.ugs.q.val()) >= bit_cast::<5, 4>(self.group.q.val());
         // ---- the row index: position `t`'s line of 8 entries and its entry
         self.indexed.next = self.kvi.q.val() != self.ones32.val();
@@ -1512,7 +1517,7 @@ impl Logic for AttentionUnit {
                 if (self.hd.q.val() == 0) | (self.hd.q.val().get_bits::<4>(0) != 0) | (self.hd.q.val() > 1023) {
                     self.raise.next = true;
                 }
-                if (self.heff.val() > 8) | ((bit_cast::<16, 4>(self.heff.val().get_bits::<4>(0)) * self.hd.q.val().get_bits::<16>(0)) > 1024) {
+                if self.kv_heads_bad.val() {
                     self.raise.next = true;
                 }
             }
