@@ -154,6 +154,52 @@ fn vector_instructions_equal_the_functional_simulator() {
     eprintln!("{total} cycles in all");
 }
 
+/// FP16 operand lines shared by a pair of chunks (docs/rtl.md, the vector unit): a line holds 16 FP16 values,
+/// read by the even chunk, whose upper half the odd chunk takes; with two FP16 sources the odd chunk reads
+/// the next pair's `a` line ahead. Lengths around the chunk, pair and line boundaries, rows of odd length,
+/// in place, one source FP16 and one FP32, `RED`, and `rmsnorm` of an FP16 source: every byte as the
+/// functional simulator's. Then the cycles: a chunk of `swiglu` over two FP16 sources takes one cycle.
+#[test]
+fn fp16_line_pairs_equal_the_functional_simulator() {
+    if !models_or_skip("RTL vector unit, FP16 line pairs") {
+        return;
+    }
+    let mut rng = Rng(0xf16_9a1);
+    for (i, n) in [1u32, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 63, 100].into_iter().enumerate() {
+        let d = data(&mut rng, i % 5 == 4, 64);
+        let op = ["add", "mul", "swiglu"][i % 3];
+        let rows = 1 + (i % 3) as u32;
+        let red = ["none", "set", "add"][(i / 3) % 3];
+        let (dst, dd) = if i % 4 == 0 { (A, "f16") } else { (D, ["f16", "f32"][i % 2]) };
+        let (da2, db2) = if i % 2 == 0 { ("f16", "f32") } else { ("f32", "f16") };
+        let body = format!(
+            "vop op={op} dd={dd} da=f16 db=f16 red={red} rows={rows} dst={} a={} b={} n={n}
+             rmsnorm dd={dd} ds=f16 rows={rows} dst={} src={} g={} n={n} eps=1e-5
+             vop op={op} dd=f32 da={da2} db={db2} red=none rows={rows} dst={} a={} b={} n={n}
+             vop op=copy dd=f16 da=f16 db=f16 red=set rows={rows} dst={} a={} b=0 n={n}
+",
+            dst / 4,
+            A / 4,
+            B / 4,
+            D2 / 4,
+            A / 4,
+            G / 4,
+            D2 / 4 + 0x200,
+            A / 4,
+            B / 4,
+            D2 / 4 + 0x100,
+            B / 4,
+        );
+        let cycles = compare(&body, &d);
+        eprintln!("n {n} rows {rows}: {cycles} cycles\n{body}");
+    }
+    // 64 chunks more: 64 cycles more
+    let d = data(&mut rng, false, 64);
+    let swiglu = |n: u32| compare(&format!("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst={} a={} b={} n={n}\n", D / 4, A / 4, B / 4), &d);
+    let (short, long) = (swiglu(512), swiglu(1024));
+    assert_eq!(long - short, 64, "swiglu of 512 and 1024 FP16 elements: {short} and {long} cycles");
+}
+
 /// RoPE over many heads and rows: the heads after a row's first take their table lines from the unit's
 /// table cache (`head_dim` 32 to 256), and the head sizes around it read them for every head (16: a single
 /// chunk; 272: more chunks than the cache holds); in place and not, both styles. Every byte equal to the

@@ -43,8 +43,8 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("matmul fmt=w4m out=f16 ntok=2 dst=0x4000 src=0 rows=128 cols=576 w=0x1000", 1077),
     ("matmul fmt=w4m out=f16 ntok=8 dst=0x4000 src=0 rows=128 cols=1536 w=0x1000", 7131),
     // the vector unit
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5", 601),
-    ("rmsnorm dd=f16 ds=f16 rows=4 dst=4000 src=16 g=2960 n=576 eps=1e-5", 1606),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5", 565),
+    ("rmsnorm dd=f16 ds=f16 rows=4 dst=4000 src=16 g=2960 n=576 eps=1e-5", 1462),
     ("rope style=normal heads=9 head_dim=64 rows=1 dst=592 src=592 table=2896", 311),
     ("rope style=normal heads=3 head_dim=64 rows=1 dst=880 src=880 table=2896", 287),
     // (q and k of a one-token pass in one `rope`; heads after the first reusing the table lines, or not: a
@@ -53,9 +53,16 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("rope style=neox heads=4 head_dim=128 rows=2 dst=592 src=592 table=2896", 429),
     ("rope style=normal heads=4 head_dim=16 rows=1 dst=592 src=592 table=2896", 279),
     ("rope style=normal heads=2 head_dim=272 rows=1 dst=592 src=592 table=2896", 369),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536", 651),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536", 460),
     ("vop op=copy dd=f16 da=f16 db=f16 red=set rows=1 dst=16 a=16 b=16 n=576", 339),
     ("vop op=add dd=f32 da=f32 db=f32 red=none rows=2 dst=8000 a=16 b=3000 n=576", 556),
+    // (FP16 sources: a line holds two chunks; with two, a chunk takes one read; odd rows, mixed types)
+    ("vop op=add dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536", 460),
+    ("vop op=mul dd=f32 da=f16 db=f32 red=none rows=2 dst=8000 a=16 b=3000 n=576", 484),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=3 dst=8000 a=16 b=3000 n=577", 494),
+    ("vop op=copy dd=f16 da=f16 db=f16 red=none rows=2 dst=8000 a=16 b=16 n=9", 272),
+    ("rmsnorm dd=f16 ds=f16 rows=2 dst=4000 src=16 g=2960 n=577 eps=1e-5", 870),
+    ("rmsnorm dd=f32 ds=f32 rows=1 dst=4000 src=16 g=2960 n=576 eps=1e-5", 601),
     ("argmax dt=f32 rd=r2 dst=20000 src=3536 n=16352", 2311),
     // DMA and the core
     ("load spm=2960 mem=0x38080 bytes=2304 idx=r0 stride=0", 208),
@@ -108,19 +115,19 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     // a matmul issued early, behind vector or attention work (its loader fills the ring meanwhile), and
     // behind a kvappend (not early: it waits for the write)
     ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1673),
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 859),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 823),
     ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=576 cols=1536 w=0x1000", 8953),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1969),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1693),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 3773),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 909),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 718),
     ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 603),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w8 out=f32 ntok=2 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 1034),
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=576 w=0x1000", 1103),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w8 out=f32 ntok=2 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 843),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=576 w=0x1000", 1067),
     // (the ring's eight entries full before the compute may start: the groups then follow at the compute's
     // pace, 61 cycles each for 576 columns)
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=160 cols=576 w=0x1000", 1225),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=192 cols=576 w=0x1000", 1397),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=160 cols=576 w=0x1000", 1189),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=192 cols=576 w=0x1000", 1309),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=576", 358),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=64", 230),
 ];

@@ -8,7 +8,10 @@
 //!    chunk's operand lines are read from the scratchpad one per cycle (`a`, `b`, the gains or the two table
 //!    lines, and for the last chunk of an FP16 row of odd length the old last word, whose upper half is the
 //!    row's padding and is written back as it was); two edges after its last read the chunk enters the
-//!    datapath, while the next chunk's reads go on. A chunk takes as many cycles as it has reads. RoPE keeps
+//!    datapath, while the next chunk's reads go on. A chunk takes as many cycles as it has reads, and at
+//!    least one. A line holds 16 FP16 values: an FP16 source of `vop` or `rmsnorm` is read by the even chunk
+//!    of each pair and the odd one takes the line's upper half (`ha`, `hb`); with two FP16 sources the odd
+//!    chunk reads the next pair's `a` line ahead, so every chunk takes one read. RoPE keeps
 //!    the table lines of a row's first head in a small memory (`tcache`, [`ROPE_TABLE_CHUNKS`] chunks) and
 //!    gives them to the row's other heads, whose chunks then read only their own line (`neox`: two), where
 //!    a head has 2 to `ROPE_TABLE_CHUNKS` chunks.
@@ -190,6 +193,10 @@ pub struct VectorUnit {
     sc: DFF<Bits<256>>,
     sd: DFF<Bits<256>>,
     old_hi: DFF<Bits<16>>,
+    /// The upper halves of the FP16 operand lines `sa` and `sb` of the last chunk that entered the datapath
+    /// from its own lines: the operands of the odd chunk after it (a line holds 16 FP16 values, two chunks).
+    ha: DFF<Bits<128>>,
+    hb: DFF<Bits<128>>,
     /// RoPE: the two table lines of each chunk of a head (`head_dim` up to `ROPE_TABLE_CHUNKS` x 16), kept
     /// from the row's first head for the others, which then read only their pairs: a chunk of a later head
     /// takes one read (`normal`) or two (`neox`) instead of three or four. Indexed by the chunk in its head.
@@ -298,6 +305,14 @@ pub struct VectorUnit {
     all_end: Signal<Local, Bit>,
     halflast: Signal<Local, Bit>,
     need: Signal<Local, Bits<5>>,
+    /// `a` (`rmsnorm`: the source) and `b` are FP16 lines shared by a chunk pair: a `vop` or `rmsnorm`
+    /// operand of FP16 is read once per two chunks; with both shared (`pf`), the odd chunk reads the next
+    /// pair's `a` line ahead, so that a chunk of `add`, `mul` or `swiglu` takes one read, not two.
+    sh1: Signal<Local, Bit>,
+    sh2: Signal<Local, Bit>,
+    pf: Signal<Local, Bit>,
+    /// The chunk at the read pointers is the odd one of its pair (elements 8..16 of the pair's lines).
+    hi: Signal<Local, Bit>,
     /// The chunk at the read pointers is a RoPE chunk of a head after the row's first, whose table lines
     /// `tcache` holds; its index in the head.
     reuse: Signal<Local, Bit>,
@@ -420,6 +435,8 @@ impl VectorUnit {
             reuse: Default::default(),
             chunk_i: Default::default(),
             old_hi: Default::default(),
+            ha: Default::default(),
+            hb: Default::default(),
             ma_v: Default::default(),
             ma_meta: Default::default(),
             ma_n: Default::default(),
@@ -511,6 +528,10 @@ impl VectorUnit {
             all_end: Default::default(),
             halflast: Default::default(),
             need: Default::default(),
+            sh1: Default::default(),
+            sh2: Default::default(),
+            pf: Default::default(),
+            hi: Default::default(),
             cur: Default::default(),
             slot: Default::default(),
             rest: Default::default(),
@@ -544,7 +565,7 @@ impl Logic for VectorUnit {
             self, clock, state, kind, pc, op, td, t1, t2, redm, rows, dst, s1, s2, n, eps, neox, heads, hd, rd,
             vscale, use2, elems, len_d, len_1, len_2, pitch_d, pitch_1, pitch_2, trap_r, trap_code_r, trap_info_r, j, h,
             e, seglen, rb_d, rb_1, rb_2, p_d, p_1, p_2, st_d, st_1, st_2, pw_d, pw_1, pw_2, x1off, rem, cap_v, cap_s, sa,
-            sb, sc, sd, old_hi, cap_t, cap_c, ma_v, ma_meta, ma_n, mb_v, mb_meta, mb_n, inv, inv_ready, inflight, w2_v, w2_addr,
+            sb, sc, sd, old_hi, ha, hb, cap_t, cap_c, ma_v, ma_meta, ma_n, mb_v, mb_meta, mb_n, inv, inv_ready, inflight, w2_v, w2_addr,
             w2_data, jo, ofirst, acc, acc_nf, am_f, am_k, am_i, oe
         );
         self.dp.clock.next = self.clock.val();
@@ -662,6 +683,26 @@ impl Logic for VectorUnit {
                 }
             }
         }
+        // FP16 operands of `vop` and `rmsnorm`: a pair's even chunk reads the line, the odd one takes its upper
+        // half (`ha`, `hb`); with two such operands the odd chunk reads the next pair's `a` line instead
+        // (when the row goes on), and the even chunk after it only `b`
+        self.sh1.next = ((self.kind.q.val() == VecKind::Vop) | (self.kind.q.val() == VecKind::Rms)) & !self.t1.q.val();
+        self.sh2.next = (self.kind.q.val() == VecKind::Vop) & self.use2.q.val() & !self.t2.q.val();
+        self.pf.next = self.sh1.val() & self.sh2.val();
+        self.hi.next = (self.sh1.val() | self.sh2.val()) & self.e.q.val().get_bit(3);
+        if self.hi.val() {
+            if self.sh1.val() {
+                self.need.next = self.need.val() & bits::<5>(0b11110);
+            }
+            if self.sh2.val() {
+                self.need.next = self.need.val() & bits::<5>(0b11101);
+            }
+            if self.pf.val() & !self.seg_end.val() {
+                self.need.next = self.need.val() | bits::<5>(1);
+            }
+        } else if self.pf.val() & (self.e.q.val() != 0) {
+            self.need.next = self.need.val() & bits::<5>(0b11110);
+        }
         if self.halflast.val() {
             self.need.next = self.need.val() | bits::<5>(16);
         }
@@ -685,6 +726,10 @@ impl Logic for VectorUnit {
         self.rest.next = self.cur.val() & !(bits::<5>(1) << self.slot.val());
         self.reading.next = self.state.q.val() == VecState::Chunks;
         self.s_raddr.next = self.p_1.q.val();
+        // (the only `a` read of an odd chunk with two FP16 sources: the next pair's line, read ahead)
+        if self.hi.val() & self.pf.val() {
+            self.s_raddr.next = self.p_1.q.val() + self.st_1.q.val();
+        }
         if self.slot.val() == 1 {
             self.s_raddr.next = self.p_2.q.val();
             if self.kind.q.val() == VecKind::Rope {
@@ -788,9 +833,22 @@ impl Logic for VectorUnit {
                 self.dp.i_bmode.next = 1.into();
             }
         }
+        // the odd chunk of a pair takes the upper halves of the even one's FP16 lines, which are kept as the
+        // even one enters (its own lines may be overwritten by then: the odd chunk reads ahead)
+        if self.mb_meta.q.val().get_bit(45) {
+            if self.sh1.val() {
+                self.dp.i_a.next = bit_cast::<256, 128>(self.ha.q.val());
+            }
+            if self.sh2.val() {
+                self.dp.i_b.next = bit_cast::<256, 128>(self.hb.q.val());
+            }
+        } else if self.mb_v.q.val() {
+            self.ha.d.next = self.sa.q.val().get_bits::<128>(128);
+            self.hb.d.next = self.sb.q.val().get_bits::<128>(128);
+        }
         self.dp.i_mask.next = bit_cast::<8, 9>((bits::<9>(1) << bit_cast::<9, 4>(self.mb_n.q.val())) - 1);
         // meta: write word (0..20), lanes (20..24), half-written last word (24), row end (25), inverse root
-        // (26), last chunk (27), the old upper half (28..44)
+        // (26), last chunk (27), the old upper half (28..44), the odd chunk of a pair of FP16 lines (45)
         self.dp.i_meta.next = self.mb_meta.q.val() | (bit_cast::<64, 16>(self.old_hi.q.val()) << 28);
         self.dp.dd16.next = !self.td.q.val();
         if self.state.q.val() == VecState::InvIssue {
@@ -1052,7 +1110,7 @@ impl Logic for VectorUnit {
             VecState::Chunks => {
                 // one operand read per cycle; after the chunk's last one, its meta goes down the pipe and the
                 // pointers move on
-                self.cap_v.d.next = true;
+                self.cap_v.d.next = self.cur.val() != 0;
                 self.cap_s.d.next = self.slot.val();
                 self.rem.d.next = self.rest.val();
                 self.progress.next = true;
@@ -1064,7 +1122,8 @@ impl Logic for VectorUnit {
                         | (bit_cast::<64, 4>(self.nv.val()) << 20)
                         | (bit_cast::<64, 1>(self.halflast.val().into()) << 24)
                         | (bit_cast::<64, 1>(self.row_end.val().into()) << 25)
-                        | (bit_cast::<64, 1>(self.all_end.val().into()) << 27);
+                        | (bit_cast::<64, 1>(self.all_end.val().into()) << 27)
+                        | (bit_cast::<64, 1>(self.hi.val().into()) << 45);
                     self.e.d.next = self.e.q.val() + 8;
                     self.p_d.d.next = self.p_d.q.val() + self.st_d.q.val();
                     self.p_1.d.next = self.p_1.q.val() + self.st_1.q.val();

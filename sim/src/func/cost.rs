@@ -8,8 +8,9 @@
 //!   arrived (one memory latency later) and the previous group's last token is captured (its readout goes
 //!   on beside the next group's compute, whose first token's capture waits for it). Exact on the RTL for
 //!   the decode shapes measured (one token), within a few percent for several tokens;
-//! - vector instructions: the unit's fixed depth plus one cycle per operand line read, and for `rmsnorm`
-//!   the inverse root per row;
+//! - vector instructions: the unit's fixed depth plus, per chunk of 8 elements, a cycle per operand line it
+//!   reads and at least one (an FP16 line serves two chunks: [`vector_row_cycles`]), and for `rmsnorm` the
+//!   inverse root per row;
 //! - `attn`: the first position's chain (the queries, the memory latency, the scores, the softmax, the
 //!   update, then `recip(l)` and the outputs per head), and one period per further position: the positions
 //!   stream through the unit's fetch, score and update engines, so a position costs its slowest engine
@@ -154,15 +155,15 @@ impl CostModel {
                 let (cycles, compute) = self.matmul(fmt, out, ntok, rows, cols, u64::from(wline) * 32, lead);
                 (cycles, cycles.saturating_sub(compute))
             }
-            Instr::Vop { op, rows, n, .. } => {
-                let reads = match op {
-                    VecOp::Add | VecOp::Mul | VecOp::SwiGlu => 2,
-                    _ => 1,
+            Instr::Vop { op, dd, da, db, rows, n, .. } => {
+                let sources: &[DType] = match op {
+                    VecOp::Add | VecOp::Mul | VecOp::SwiGlu => &[da, db],
+                    _ => &[da],
                 };
-                (VECTOR_BASE + vector_reads(u64::from(rows), u64::from(n), reads), 0)
+                (VECTOR_BASE + u64::from(rows) * vector_row_cycles(u64::from(n), sources, 0, dd), 0)
             }
-            Instr::Rmsnorm { rows, n, .. } => {
-                (VECTOR_BASE + u64::from(rows) * RMS_INV + vector_reads(u64::from(rows), u64::from(n), 2), 0)
+            Instr::Rmsnorm { dd, ds, rows, n, .. } => {
+                (VECTOR_BASE + u64::from(rows) * (RMS_INV + vector_row_cycles(u64::from(n), &[ds], 1, dd)), 0)
             }
             Instr::Rope { style, heads, head_dim, rows, .. } => {
                 // a chunk reads its pairs (one line, `neox` two) and the two lines of its table pairs, but for
@@ -336,10 +337,32 @@ impl LoaderLead {
     }
 }
 
-/// Operand lines the vector unit reads for `rows` rows of `n` elements in chunks of 8, `reads` per chunk
-/// (an odd FP16 row's last chunk reads the old last word too: counted for every row, a cycle each).
-fn vector_reads(rows: u64, n: u64, reads: u64) -> u64 {
-    rows * (n.div_ceil(8) * reads + n % 2)
+/// Cycles of a row of `n` elements on the vector unit (`vop`, `rmsnorm`), in chunks of 8: a chunk takes a
+/// cycle per operand line it reads, and at least one. An FP32 source is a line per chunk; an FP16 line holds
+/// two chunks, read by the even chunk of the pair (the odd one takes its upper half); with two FP16 sources
+/// the odd chunk reads the next pair's `a` line ahead (where the row goes on), and the even chunk after it
+/// only `b`. `unshared`: lines read for every chunk besides the sources (`rmsnorm`'s FP32 gains). An FP16
+/// destination row of odd length: its last chunk reads the old last word too.
+fn vector_row_cycles(n: u64, sources: &[DType], unshared: u64, dst: DType) -> u64 {
+    let chunks = n.div_ceil(8);
+    let fp16 = sources.iter().filter(|&&t| t == DType::F16).count() as u64;
+    let read_ahead = sources.len() == 2 && fp16 == 2;
+    (0..chunks)
+        .map(|i| {
+            let (odd, last) = (i % 2 == 1, i + 1 == chunks);
+            let mut reads = unshared + (sources.len() as u64 - fp16) + if odd { 0 } else { fp16 };
+            if read_ahead && odd && !last {
+                reads += 1;
+            }
+            if read_ahead && !odd && i > 0 {
+                reads -= 1;
+            }
+            if last && dst == DType::F16 && n % 2 == 1 {
+                reads += 1;
+            }
+            reads.max(1)
+        })
+        .sum()
 }
 
 #[cfg(test)]
