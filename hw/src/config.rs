@@ -307,11 +307,14 @@ impl OverlayConfig {
 
     /// Row-slot positions (32-byte lines) one row group of `row_bytes`-byte rows takes in the weight buffer,
     /// which the matrix unit runs as a ring of `2 x weight_row_lines` positions per slot: the most lines a
-    /// row of that length touches wherever in a line it starts, rounded up to even (a group starts at an
-    /// even position, so a block that straddles two lines finds them in the two banks). At most
-    /// `weight_row_lines` for a row the buffer takes ([`OverlayConfig::max_matmul_row_bytes`]).
+    /// row of that length touches counted from the even line at or before its first, wherever in the two
+    /// lines it starts (at an even byte, 0 to 62: every block format's rows and blocks lie at even bytes),
+    /// rounded up to even. A group starts at an even position, so a block that straddles two lines finds
+    /// them in the two banks, and a weight beat's two lines land in the even and the odd bank as they come
+    /// (rtl `matrix::feed`). At most `weight_row_lines` for a row the buffer takes
+    /// ([`OverlayConfig::max_matmul_row_bytes`]).
     pub fn weight_group_lines(row_bytes: u32) -> u32 {
-        let lines = (row_bytes.max(1) + 30) / 32 + 1;
+        let lines = (row_bytes.max(1) + 61) / 32 + 1;
         lines + (lines & 1)
     }
 
@@ -367,8 +370,8 @@ mod tests {
             let ring = 2 * c.weight_row_lines();
             for rb in (2..=c.max_matmul_row_bytes()).step_by(2) {
                 let span = OverlayConfig::weight_group_lines(rb);
-                // every start byte in a line: the row's lines fit its span
-                for x in 0..32 {
+                // every even start byte in two lines: the row's lines from the even one fit its span
+                for x in (0..64).step_by(2) {
                     assert!((x + rb - 1) / 32 + 1 <= span, "{} rb {rb} x {x}", c.name);
                 }
                 assert!(span % 2 == 0 && span <= c.weight_row_lines(), "{} rb {rb}", c.name);
@@ -379,11 +382,11 @@ mod tests {
         // SmolLM2's rows at `sim` (64-line slots, a ring of 128): 576 W4Min columns (360 bytes) 14 lines, 8
         // groups at once (the table's entries; the ring has room for 9); 1,536 W4Min (960) 32 lines, 4; 576
         // W8 (612) 22 lines, 5; Llama-7B's at `u280` (256 lines): 4,096 W4Min (2,560) 82 lines, 6; 11,008
-        // W4Min (6,880) 216 lines, 2
+        // W4Min (6,880) 218 lines, 2
         let (s, u) = (OverlayConfig::sim(), OverlayConfig::u280());
         assert_eq!([360, 960, 612].map(OverlayConfig::weight_group_lines), [14, 32, 22]);
         assert_eq!([360, 960, 612].map(|rb| s.weight_groups_in_buffer(rb)), [8, 4, 5]);
-        assert_eq!([2560, 6880].map(OverlayConfig::weight_group_lines), [82, 216]);
+        assert_eq!([2560, 6880].map(OverlayConfig::weight_group_lines), [82, 218]);
         assert_eq!([2560, 6880].map(|rb| u.weight_groups_in_buffer(rb)), [6, 2]);
     }
 

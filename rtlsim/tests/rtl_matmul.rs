@@ -162,10 +162,10 @@ fn matmul_equals_the_functional_simulator() {
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 48, cols: 320, red: 1, w_off: 0, far: false },
         // the same from an odd line: every group starts in the second line of a 64-byte beat
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 48, cols: 320, red: 0, w_off: 32, far: false },
-        // the weight buffer's ring (128 positions per row slot at `sim`) wraps: 23 groups of 6 positions
-        // (136-byte W8 rows), one of them across the wrap (positions 126, 127, 0, ..); 13 groups of 14 (360-byte
-        // W4Min rows, SmolLM2's 576 columns) from an odd line; 6 groups of 28 (864-byte W4 rows), the fifth
-        // across the wrap; 5 groups of 36 (1,088-byte W8 rows) for 4 tokens, whose compute outlasts the beats:
+        // the weight buffer's ring (128 positions per row slot at `sim`) wraps: 23 groups of 8 positions
+        // (136-byte W8 rows), around it almost twice; 13 groups of 14 (360-byte W4Min rows, SmolLM2's 576
+        // columns) from an odd line, the tenth across the wrap (positions 126, 127, 0, ..); 6 groups of 30
+        // (864-byte W4 rows), the fifth across the wrap; 5 groups of 36 (1,088-byte W8 rows) for 4 tokens, whose compute outlasts the beats:
         // three groups at once, the ring's room, not its four entries, holds the loader back
         Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 355, cols: 128, red: 1, w_off: 0, far: true },
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 200, cols: 576, red: 2, w_off: 32, far: true },

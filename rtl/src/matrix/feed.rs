@@ -5,13 +5,16 @@
 //! Row `r` of a group (the lane holds rows `row0` and `row0 + 1`) starts `o_r = o0 + r x rb` bytes after the
 //! group's first line (`o0`: the group's byte offset in its first 64-byte memory beat, so the group's first
 //! line is line 0 or 1 of that beat). The lines arrive two at a time, a beat of the weight port (lines
-//! `ld_idx` and `ld_idx + 1`, `ld_idx` even): each lands in the rows it belongs to, and since the two have
-//! consecutive slot positions, one goes to the even bank and one to the odd bank of a row. Its slot holds the lines
-//! `o_r / 32 ..= (o_r + rb - 1) / 32` of the group, line `o_r / 32 + s` at slot position `s`, in two banks
-//! (even and odd positions) so that a block, which may straddle two lines, is read in one cycle: the block
-//! at byte `(o_r mod 32) + off` of the slot (`off` = block index x block bytes, the same for every row) is
-//! bytes `pos mod 32 ..` of the 64 bytes `{line k + 1, line k}`, `k = pos / 32`. Every block format has its
-//! blocks at even bytes and at most 34 bytes long, so two lines always hold it.
+//! `ld_idx` and `ld_idx + 1`, `ld_idx` even): each lands in the rows it belongs to. A row's slot holds the
+//! lines `e_r ..= (o_r + rb - 1) / 32` of the group, `e_r` the even line at or before its first (`o_r / 32`
+//! rounded down to even), line `e_r + s` at slot position `s`, in two banks (even and odd positions) so that
+//! a block, which may straddle two lines, is read in one cycle. Counted from an even line, a beat's low line
+//! is at an even position and its high line at the odd one after it: the even bank always takes the beat's
+//! low half and the odd bank its high half, with no multiplexer on the data (the price: a slot position
+//! more for some row lengths, which `OverlayConfig::weight_group_lines` counts). The block at byte
+//! `(o_r mod 64) + off` of the slot (`off` = block index x block bytes, the same for every row) is bytes
+//! `pos mod 32 ..` of the 64 bytes `{line k + 1, line k}`, `k = pos / 32`. Every block format has its blocks
+//! at even bytes and at most 34 bytes long, so two lines always hold it.
 //!
 //! A row slot is a ring of `2 x weight_row_lines` positions (each bank holds half of them) in which the
 //! groups follow each other: a group's lines sit from its base position (`ld_base` / `rd_base`, even,
@@ -67,9 +70,9 @@ pub struct WeightFeed<const A: usize> {
     last0: DFF<Bits<24>>,
     first1: DFF<Bits<24>>,
     last1: DFF<Bits<24>>,
-    // read geometry, registered: each row's byte offset in its first line
-    x0: DFF<Bits<5>>,
-    x1: DFF<Bits<5>>,
+    // read geometry, registered: each row's byte offset from the even line at or before its first
+    x0: DFF<Bits<6>>,
+    x1: DFF<Bits<6>>,
     // stage 1 -> 2
     odd_k0: DFF<Bit>,
     odd_k1: DFF<Bit>,
@@ -219,52 +222,37 @@ impl<const A: usize> Logic for WeightFeed<A> {
         self.last1.d.next = (self.off1.val() + bit_cast::<24, 16>(self.ld_rb.val()) - 1) >> 5;
         self.lo.next = bit_cast::<24, 16>(self.ld_idx.val());
         self.hi.next = bit_cast::<24, 16>(self.ld_idx.val()) + 1;
-        // ring position of the low line: the group's base plus its position in the row's lines (which wraps
-        // below the row's first line: then only the high one is in); the bank address keeps A bits, so the
-        // ring of 2^(A+1) positions wraps by itself
-        self.s0.next = self.lo.val() - self.first0.q.val() + bit_cast::<24, 16>(self.ld_base.val());
-        self.s1.next = self.lo.val() - self.first1.q.val() + bit_cast::<24, 16>(self.ld_base.val());
+        // ring position of the low line: the group's base plus its line counted from the even line at or
+        // before the row's first, so the low line of a beat is always at an even position (the even bank)
+        // and the high one at the odd position after it: the banks take the beat's halves as they come; the
+        // bank address keeps A bits, so the ring of 2^(A+1) positions wraps by itself
+        self.s0.next = self.lo.val() - (self.first0.q.val() & !bits::<24>(1)) + bit_cast::<24, 16>(self.ld_base.val());
+        self.s1.next = self.lo.val() - (self.first1.q.val() & !bits::<24>(1)) + bit_cast::<24, 16>(self.ld_base.val());
         self.in0l.next = self.ld_valid.val() & (self.lo.val() >= self.first0.q.val()) & (self.lo.val() <= self.last0.q.val());
         self.in0h.next = self.ld_valid.val() & (self.hi.val() >= self.first0.q.val()) & (self.hi.val() <= self.last0.q.val());
         self.in1l.next = self.ld_valid.val() & (self.lo.val() >= self.first1.q.val()) & (self.lo.val() <= self.last1.q.val());
         self.in1h.next = self.ld_valid.val() & (self.hi.val() >= self.first1.q.val()) & (self.hi.val() <= self.last1.q.val());
-        // s even: the low line to the even bank and the high one to the odd bank, both at s / 2; s odd: the
-        // low line to the odd bank at s / 2, the high one to the even bank at (s + 1) / 2
+        // s is even: the low line to the even bank and the high one to the odd bank, both at s / 2
         self.even0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1);
         self.even0.write_data.next = self.ld_line.val().get_bits::<256>(0);
         self.even0.write_enable.next = self.in0l.val();
         self.odd0.write_address.next = bit_cast::<A, 24>(self.s0.val() >> 1);
         self.odd0.write_data.next = self.ld_line.val().get_bits::<256>(256);
         self.odd0.write_enable.next = self.in0h.val();
-        if self.s0.val().get_bit(0) {
-            self.even0.write_address.next = bit_cast::<A, 24>((self.s0.val() + 1) >> 1);
-            self.even0.write_data.next = self.ld_line.val().get_bits::<256>(256);
-            self.even0.write_enable.next = self.in0h.val();
-            self.odd0.write_data.next = self.ld_line.val().get_bits::<256>(0);
-            self.odd0.write_enable.next = self.in0l.val();
-        }
         self.even1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1);
         self.even1.write_data.next = self.ld_line.val().get_bits::<256>(0);
         self.even1.write_enable.next = self.in1l.val();
         self.odd1.write_address.next = bit_cast::<A, 24>(self.s1.val() >> 1);
         self.odd1.write_data.next = self.ld_line.val().get_bits::<256>(256);
         self.odd1.write_enable.next = self.in1h.val();
-        if self.s1.val().get_bit(0) {
-            self.even1.write_address.next = bit_cast::<A, 24>((self.s1.val() + 1) >> 1);
-            self.even1.write_data.next = self.ld_line.val().get_bits::<256>(256);
-            self.even1.write_enable.next = self.in1h.val();
-            self.odd1.write_data.next = self.ld_line.val().get_bits::<256>(0);
-            self.odd1.write_enable.next = self.in1l.val();
-        }
 
         // ---- read, stage 1: slot positions k and k + 1 of each row from the even and odd banks
-        self.x0.d.next = bit_cast::<5, 6>(self.rd_o0.val())
-            + bit_cast::<5, 32>(self.row0.val() * self.rd_rb.val());
-        self.x1.d.next = bit_cast::<5, 6>(self.rd_o0.val())
-            + bit_cast::<5, 32>(self.row0.val() * self.rd_rb.val())
-            + bit_cast::<5, 16>(self.rd_rb.val());
-        self.pos0.next = bit_cast::<24, 5>(self.x0.q.val()) + bit_cast::<24, 16>(self.rd_off.val());
-        self.pos1.next = bit_cast::<24, 5>(self.x1.q.val()) + bit_cast::<24, 16>(self.rd_off.val());
+        self.x0.d.next = self.rd_o0.val() + bit_cast::<6, 32>(self.row0.val() * self.rd_rb.val());
+        self.x1.d.next = self.rd_o0.val()
+            + bit_cast::<6, 32>(self.row0.val() * self.rd_rb.val())
+            + bit_cast::<6, 16>(self.rd_rb.val());
+        self.pos0.next = bit_cast::<24, 6>(self.x0.q.val()) + bit_cast::<24, 16>(self.rd_off.val());
+        self.pos1.next = bit_cast::<24, 6>(self.x1.q.val()) + bit_cast::<24, 16>(self.rd_off.val());
         self.kk0.next = (self.pos0.val() >> 5) + bit_cast::<24, 16>(self.rd_base.val());
         self.kk1.next = (self.pos1.val() >> 5) + bit_cast::<24, 16>(self.rd_base.val());
         // k even: k/2 in both banks; k odd: k/2 in the odd bank (line k), k/2 + 1 in the even one (line k + 1)
@@ -274,8 +262,9 @@ impl<const A: usize> Logic for WeightFeed<A> {
         self.odd1.read_address.next = bit_cast::<A, 24>(self.kk1.val() >> 1);
         self.odd_k0.d.next = self.kk0.val().get_bit(0);
         self.odd_k1.d.next = self.kk1.val().get_bit(0);
-        self.byte0.d.next = self.pos0.val().get_bits::<5>(0);
-        self.byte1.d.next = self.pos1.val().get_bits::<5>(0);
+        // (blocks lie at even bytes, every format's: the shift below takes 16 offsets, not 32)
+        self.byte0.d.next = self.pos0.val().get_bits::<5>(0) & bits::<5>(0b11110);
+        self.byte1.d.next = self.pos1.val().get_bits::<5>(0) & bits::<5>(0b11110);
         self.half1.d.next = self.rd_half.val();
         self.row1.d.next = self.rd_row.val();
         self.fmt1.d.next = self.rd_fmt.val();

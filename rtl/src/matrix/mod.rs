@@ -901,8 +901,9 @@ impl Logic for Matrix {
             self.e_o0.next = self.b_o0_7.q.val();
             self.e_base.next = self.b_base_7.q.val();
         }
-        // a group's ring positions: the most lines one of its rows touches, rounded up to even
-        self.span_raw.next = ((self.rb.q.val().get_bits::<16>(0) + 30) >> 5) + 1;
+        // a group's ring positions: the most lines one of its rows touches counted from the even line at or
+        // before its first (`OverlayConfig::weight_group_lines`), rounded up to even
+        self.span_raw.next = ((self.rb.q.val().get_bits::<16>(0) + 61) >> 5) + 1;
         // a response of the group filling entry r_buf (none are taken while draining after a flush)
         self.r_valid.next = self.m_resp.val() & (self.state.q.val() != MatrixState::Drain) & (self.state.q.val() != MatrixState::Idle);
         self.r_last.next = self.resp_k.q.val() + 1 == self.r_nb.val();
