@@ -1,7 +1,7 @@
 //! The overlay's figures per decoded token on a Llama-7B-shaped model (hidden 4,096, FFN 11,008, 32 heads of
 //! 128, vocabulary 32,000; Q4_1 matrices and a Q8_0 embedding tied to the output, seeded random weights), on
-//! the functional simulator's cycle model: cycles per token, bandwidth efficiency, the busy share of each unit
-//! and the projected tokens/s at the config's clock. SmolLM2-135M is too small to keep a U280's 32 memory
+//! the functional simulator's cycle model: cycles per token, bandwidth efficiency, the busy share of each unit,
+//! the projected tokens/s at the config's clock and the cycles per instruction kind. SmolLM2-135M is too small to keep a U280's 32 memory
 //! channels busy (docs/rtl.md); this is the size of model the `u280` preset is for. Only `layers` of the 32
 //! layers are built (the figures are per token of that model: its output head weighs more than in the full
 //! one, whose 32 layers carry 96% of the bytes).
@@ -57,6 +57,14 @@ fn main() -> anyhow::Result<()> {
             share("vector"),
             share("attention"),
         );
+        // where the cycles go, by instruction (the model's split)
+        if let Some(split) = f["cycles_by_instruction"].as_object() {
+            let total = f["cycles_per_token"].as_f64().unwrap_or(1.0).max(1.0);
+            let mut split: Vec<(&String, f64)> = split.iter().map(|(m, c)| (m, c.as_f64().unwrap_or(0.0))).collect();
+            split.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let parts: Vec<String> = split.iter().map(|(m, c)| format!("{m} {c:.0} ({:.1}%)", 100.0 * c / total)).collect();
+            println!("  by instruction: {}", parts.join(", "));
+        }
     }
     println!("(cycle model of the RTL's schedule; bandwidth: bytes moved per cycle over the config's peak; decode at positions 4-7)");
     std::fs::remove_file(&path).ok();

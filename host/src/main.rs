@@ -764,6 +764,8 @@ fn run(cli: Cli) -> Result<()> {
                         "unit_utilization": f["unit_utilization"],
                         "projected_tokens_per_second": f["projected_tokens_per_second"],
                         "cycles_are_estimates": f["cycles_are_estimates"],
+                        // the functional simulator's split by instruction (null on the RTL, which counts none)
+                        "cycles_by_instruction": f["cycles_by_instruction"],
                     })
                 });
                 let threads = opu_host::runtime::compute_threads();

@@ -43,6 +43,9 @@ pub struct SimBackend {
     /// Counters of the one-token `decode` passes alone, and their number.
     pub decode_counters: Counters,
     pub decode_passes: usize,
+    /// The functional simulator's cycle estimate of the one-token passes per mnemonic (the RTL counts no
+    /// such split).
+    decode_cycles_by_mnemonic: std::collections::BTreeMap<String, u64>,
     /// Seconds the compiler took to build the program.
     pub compile_seconds: f64,
     /// The overlay the program was compiled for.
@@ -100,6 +103,7 @@ impl SimBackend {
             passes: 0,
             decode_counters: Counters::default(),
             decode_passes: 0,
+            decode_cycles_by_mnemonic: Default::default(),
             compile_seconds,
             config: config.clone(),
             region_kinds,
@@ -175,7 +179,13 @@ impl SimBackend {
             }
         }
         if let ProgramDevice::Func(f) = &mut self.dev {
-            for (name, b) in f.stats().regions {
+            let stats = f.stats();
+            if entry == 0 {
+                for (m, c) in stats.cycles_by_mnemonic {
+                    *self.decode_cycles_by_mnemonic.entry(m).or_default() += c;
+                }
+            }
+            for (name, b) in stats.regions {
                 let kind = self.region_kinds.get(&name).cloned().unwrap_or(name);
                 let e = self.bytes_by_kind.entry(kind).or_default();
                 e.0 += b.read;
@@ -291,6 +301,7 @@ impl Backend for SimBackend {
         self.passes = 0;
         self.decode_counters = Counters::default();
         self.decode_passes = 0;
+        self.decode_cycles_by_mnemonic.clear();
         self.attention_skipped.iter_mut().for_each(|n| *n = 0);
         if let Some(rows) = &mut self.kv_rows {
             rows.reset();
@@ -349,6 +360,13 @@ impl Backend for SimBackend {
         // projected tokens/s; from the RTL's counters, or the functional simulator's estimate
         v["figures"] = c.figures(tokens, &self.config);
         v["figures"]["cycles_are_estimates"] = (!matches!(self.dev, ProgramDevice::Rtl(_))).into();
+        // where a decoded token's cycles go, by instruction (the model's split; the program's first fetch is
+        // in no instruction's share)
+        if self.decode_passes > 0 && !self.decode_cycles_by_mnemonic.is_empty() {
+            let n = self.decode_passes as f64;
+            v["figures"]["cycles_by_instruction"] =
+                self.decode_cycles_by_mnemonic.iter().map(|(m, &c)| (m.clone(), serde_json::json!(c as f64 / n))).collect::<serde_json::Map<_, _>>().into();
+        }
         v["skipped_blocks"] = all.skipped_blocks.into();
         v["kv_history_hits"] = all.kv_history_hits.into();
         v["kv_history_misses"] = all.kv_history_misses.into();

@@ -329,6 +329,12 @@ fn bench_reports_the_overlay_figures_at_each_config() {
         assert!((o["projected_tokens_per_second"].as_f64().unwrap() - 225e6 / c).abs() < 1e-6);
         let busy: f64 = ["dma", "matrix", "vector", "attention"].iter().map(|k| o["unit_utilization"][*k].as_f64().unwrap()).sum();
         assert!(busy > 0.9 && busy <= 1.0, "{config}: {}", o["unit_utilization"]);
+        // where the cycles go: the instructions' shares add up to the token's cycles but the program's first
+        // fetch (a memory latency and a few cycles); decode is mostly matmul
+        let split = o["cycles_by_instruction"].as_object().unwrap();
+        let sum: f64 = split.values().map(|v| v.as_f64().unwrap()).sum();
+        assert!(sum < c && sum > c - 200.0, "{config}: {sum} of {c} cycles: {split:?}");
+        assert!(split["matmul"].as_f64().unwrap() > 0.5 * c, "{config}: {split:?}");
         cycles.push(c);
         // the speed figures: ratios to the first row, MACs per second from the counters, the peak memory
         let decode = r["decode_tokens_per_second"].as_f64().unwrap();

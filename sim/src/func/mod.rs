@@ -239,6 +239,7 @@ impl Machine {
         let attn_csrs = (self.csr[Csr::HeadDim as usize], self.csr[Csr::AttnHeads as usize]);
         let (cycles, stall) = self.cost_model.estimate(instr, &w, attn_csrs, lead);
         c.cycles += cycles;
+        c.cycles_by_opcode[usize::from(instr.opcode())] += cycles;
         if let Some(u) = instr.spec().unit() {
             c.busy_cycles[u as usize] += cycles;
         }

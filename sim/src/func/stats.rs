@@ -41,6 +41,8 @@ pub struct Stats {
     pub by_class: BTreeMap<String, u64>,
     /// Instructions retired per mnemonic (only those that ran).
     pub by_mnemonic: BTreeMap<String, u64>,
+    /// The cycle estimate per mnemonic (only those that ran): where the cycles go, by the model of the RTL.
+    pub cycles_by_mnemonic: BTreeMap<String, u64>,
     /// Device-memory traffic per region of [`FuncSim::set_regions`](super::FuncSim::set_regions), plus
     /// "other" for bytes outside every region. Every region is present.
     pub regions: BTreeMap<String, RegionBytes>,
@@ -60,6 +62,7 @@ pub(crate) struct Counters {
     pub kv_history_misses: u64,
     pub busy_cycles: [u64; 4],
     pub by_opcode: [u64; 256],
+    pub cycles_by_opcode: [u64; 256],
 }
 
 impl Default for Counters {
@@ -76,6 +79,7 @@ impl Default for Counters {
             kv_history_misses: 0,
             busy_cycles: [0; 4],
             by_opcode: [0; 256],
+            cycles_by_opcode: [0; 256],
         }
     }
 }
@@ -84,11 +88,13 @@ impl Counters {
     pub fn stats(&self, regions: &RegionTable) -> Stats {
         let mut by_class = BTreeMap::new();
         let mut by_mnemonic = BTreeMap::new();
+        let mut cycles_by_mnemonic = BTreeMap::new();
         for s in SPECS {
             let n = self.by_opcode[usize::from(s.opcode)];
             *by_class.entry(s.class.to_string()).or_insert(0) += n;
             if n > 0 {
                 by_mnemonic.insert(s.mnemonic.to_string(), n);
+                cycles_by_mnemonic.insert(s.mnemonic.to_string(), self.cycles_by_opcode[usize::from(s.opcode)]);
             }
         }
         Stats {
@@ -104,6 +110,7 @@ impl Counters {
             busy_cycles: self.busy_cycles,
             by_class,
             by_mnemonic,
+            cycles_by_mnemonic,
             regions: regions.snapshot(),
         }
     }
