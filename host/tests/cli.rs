@@ -295,10 +295,11 @@ fn rtl_emit_and_synth() {
         assert!(r["packing_factor"].get(key).is_some(), "missing packing_factor.{key} in {r}");
     }
     assert_eq!(r["config"], "u280");
-    assert_eq!(r["dsp48e2"], 16);
-    assert_eq!(r["packing_factor"]["w4"], 2.0);
-    assert_eq!(r["packing_factor"]["w4_min"], 2.0);
-    assert_eq!(r["packing_factor"]["w8"], 1.0);
+    // 16 DSP48E2 of packed products and 4 of the epilogue's scale multiplies: 32 products per cycle on 20
+    assert_eq!(r["dsp48e2"], 20);
+    assert_eq!(r["packing_factor"]["w4"], 1.6);
+    assert_eq!(r["packing_factor"]["w4_min"], 1.6);
+    assert_eq!(r["packing_factor"]["w8"], 0.8);
     let out = opu(&["rtl", "synth", "--unit", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));

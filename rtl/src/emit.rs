@@ -39,7 +39,7 @@ pub const UNITS: &[(&str, &str, &str)] = &[
     (
         "lane",
         "opu_lane",
-        "hybrid PE lane: 2 rows x 16 columns per cycle on 16 DSP48E2 (W4Min/W4 packed w4x2, W8), block epilogue, 96-bit accumulators",
+        "hybrid PE lane: 2 rows x 16 columns per cycle on 16 DSP48E2 (W4Min/W4 packed w4x2, W8), block epilogue (4 DSP48E2), 96-bit accumulators",
     ),
     (
         "round",

@@ -1,4 +1,5 @@
 //! The hybrid PE lane: two output rows, 32 FP16-activation x low-bit-weight products per cycle on 16 DSP48E2,
+//! plus 4 for the block epilogue's scale multiplies,
 //! and the block epilogue that turns each block's exact integer sums into accumulator terms.
 //!
 //! docs/numerics.md "Hybrid block dot product", [`dot::accumulate_block`]: per block of 32 columns the
@@ -19,9 +20,12 @@
 //! The 16 packed products are summed in a registered adder tree (the packed sum is linear: the fields stay
 //! separable up to [`packing::W4X2U_MAX_DEPTH`] = 34 columns), the two halves of a block are added, and the
 //! extraction ([`packing::unpack_fields`], stride 22, t = 3) gives both rows' exact sums. The epilogue
-//! multiplies them by the FP16 significands of `d` (and `m`) as shift-and-add in fabric, so every DSP48E2 of
-//! the lane computes products, shifts each term onto the accumulator grid (floor) and adds. One term unit per
-//! row, shared by the d-term and (a cycle later) the m-term: a block takes two cycles anyway.
+//! multiplies them by the FP16 significands of `d` (and `m`), signed and shifted left by the low 4 bits of the
+//! term's shift onto the accumulator grid, in two DSP48E2 per row (a 29 x 27-bit product: `S`'s low 17 bits
+//! and its high 12), then shifts the term by the rest (a multiple of 16: a 5-way multiplexer per bit), floors
+//! it onto the grid and adds. One term unit per row, shared by the d-term and (a cycle later) the m-term: a
+//! block takes two cycles anyway. (Until 2026-12-06 the multiplies were shift-and-add in fabric and the shift
+//! a 7-level shifter: 4,484 LUTs per lane by yosys, 2,776 now, for 4 more DSP48E2.)
 //!
 //! - [`LaneProducts`]: the 16 DSPs and the adder tree (4 register stages).
 //! - [`LaneEpilogue`]: half-block sum, extraction, terms, accumulators (5 more register stages for W4Min's
@@ -275,7 +279,7 @@ struct TermUpdate {
 /// by [`PRODUCTS_LATENCY`] to meet `psum`. On the edge after a block's last half has come out of the tree
 /// (E1) the halves are added and the rows' sums extracted; E2 forms the terms, E3 shifts them onto the grid,
 /// E4 adds them to `acc0`/`acc1` (restarting from zero on `clear`) and raises `done0`/`done1` on `last`.
-/// One term unit (multiplier, shifter) per row: the d-term goes through on the cycle after E1, W4Min's
+/// One term unit (two DSP48E2, a coarse shifter) per row: the d-term goes through on the cycle after E1, W4Min's
 /// m-term on the next (a block takes two cycles, so the units keep pace; `half` must alternate 0, 1).
 #[derive(Clone, Debug, Default, LogicBlock)]
 pub struct LaneEpilogue {
@@ -452,38 +456,30 @@ endfunction
 function automatic signed [9:0] f16_exp(input [15:0] h);
    f16_exp = (h[14:10] == 5'd0) ? 10'sd1 : {5'd0, h[14:10]};
 endfunction
-// sign(h) * sig(h) * s, as shift-and-add in fabric (the DSP48E2 are the products'): 11 partial products in a
-// balanced tree (4 adder levels, not a chain of 11).
-function automatic signed [39:0] term(input [15:0] h, input signed [28:0] s);
-   reg [10:0] sig;
-   reg signed [39:0] sx, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, t;
+// The term's factor sign(h) * sig(h) * 2^b, where b is the low 4 bits of its shift onto the grid (below):
+// at most 11 + 15 bits and the sign, port A of a DSP48E2. The shift `off` = sh + 24 of a finite term is in
+// [4, 70] (sh = e + X + 7 in [-20, 46]: the aligner's X in [-28, 9], a finite FP16 exponent in [1, 30]).
+function automatic [6:0] grid_off(input [15:0] h, input signed [7:0] xe);
+   reg signed [9:0] off;
    begin
-      sig = f16_sig(h);
-      sx = {{11{s[28]}}, s};
-      p0 = sig[0] ? sx : 40'sd0;
-      p1 = sig[1] ? sx <<< 1 : 40'sd0;
-      p2 = sig[2] ? sx <<< 2 : 40'sd0;
-      p3 = sig[3] ? sx <<< 3 : 40'sd0;
-      p4 = sig[4] ? sx <<< 4 : 40'sd0;
-      p5 = sig[5] ? sx <<< 5 : 40'sd0;
-      p6 = sig[6] ? sx <<< 6 : 40'sd0;
-      p7 = sig[7] ? sx <<< 7 : 40'sd0;
-      p8 = sig[8] ? sx <<< 8 : 40'sd0;
-      p9 = sig[9] ? sx <<< 9 : 40'sd0;
-      p10 = sig[10] ? sx <<< 10 : 40'sd0;
-      t = (((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))) + ((p8 + p9) + p10);
-      term = h[15] ? -t : t;
+      off = f16_exp(h) + {{2{xe[7]}}, xe} + 10'sd31;
+      grid_off = off[6:0];
    end
 endfunction
-// floor(t * 2^sh) on the accumulator grid: one left shift by sh + 24, then the low 24 bits dropped (dropping
-// two's-complement bits is the floor). Exact for sh in [-24, 80): the aligner's X in [-28, 9] and a finite
-// FP16 exponent in [1, 30] give sh = e + X + 7 in [-20, 46].
-function automatic signed [95:0] to_grid(input signed [39:0] t, input signed [9:0] sh);
-   reg signed [135:0] wide;
-   reg [9:0] off;
+function automatic signed [26:0] factor(input [15:0] h, input [3:0] b);
+   reg [26:0] f;
    begin
-      off = sh + 10'sd24;
-      wide = {{96{t[39]}}, t} <<< off[6:0];
+      f = {16'd0, f16_sig(h)} << b;
+      factor = h[15] ? -f : f;
+   end
+endfunction
+// floor(t * 2^off * 2^-24) on the accumulator grid, t = s * factor already carrying 2^(off mod 16): the rest
+// of the shift in steps of 16 (a 5-way multiplexer per bit), then the low 24 bits dropped (dropping two's-
+// complement bits is the floor). Exact for off in [0, 80).
+function automatic signed [95:0] to_grid(input signed [55:0] t, input [2:0] k);
+   reg signed [135:0] wide;
+   begin
+      wide = {{80{t[55]}}, t} <<< {k, 4'd0};
       to_grid = wide[119:24];
    end
 endfunction
@@ -526,19 +522,34 @@ assign sa8 = {{5{sa4[20]}}, sa4, 3'b0};
 assign sw8 = total[28:0];
 reg e1_v, e1_upd0, e1_upd1, e1_usem, e1_clear, e1_last, e1_xnf;
 reg signed [28:0] e1_s0, e1_s1, e1_sa;
-reg signed [7:0] e1_xexp;
 reg [15:0] e1_d0, e1_m0, e1_d1, e1_m1;
+reg signed [26:0] e1_fd0, e1_fm0, e1_fd1, e1_fm1;
+reg [2:0] e1_kd0, e1_km0, e1_kd1, e1_km1;
+wire [6:0] od0, om0, od1, om1;
+assign od0 = grid_off(d04, x_exp4);
+assign om0 = grid_off(m04, x_exp4);
+assign od1 = grid_off(d14, x_exp4);
+assign om1 = grid_off(m14, x_exp4);
 // E2: one term per row and cycle: d * S_q on the cycle after E1, m * S_a on the next (W4Min; `p1`).
 reg p1;
 wire [15:0] h0, h1;
 wire signed [28:0] k0, k1;
+wire signed [26:0] fa0, fa1;
+assign fa0 = p1 ? e1_fm0 : e1_fd0;
+assign fa1 = p1 ? e1_fm1 : e1_fd1;
 assign h0 = p1 ? e1_m0 : e1_d0;
 assign h1 = p1 ? e1_m1 : e1_d1;
 assign k0 = p1 ? e1_sa : e1_s0;
 assign k1 = p1 ? e1_sa : e1_s1;
 reg e2_v, e2_upd0, e2_upd1, e2_clear, e2_last, e2_nf0, e2_nf1;
-reg signed [39:0] e2_t0, e2_t1;
-reg signed [9:0] e2_sh0, e2_sh1;
+// the term times 2^(off mod 16), S x factor, 29 x 27 bits: two DSP48E2 per row, S's low 17 bits (unsigned, port
+// B's 18 bits signed) and its high 12 (signed), added on the next edge with the coarse shift
+reg signed [44:0] e2_lo0, e2_lo1;
+reg signed [38:0] e2_hi0, e2_hi1;
+reg [2:0] e2_k0, e2_k1;
+wire signed [55:0] e2_t0, e2_t1;
+assign e2_t0 = {e2_hi0, 17'd0} + {{11{e2_lo0[44]}}, e2_lo0};
+assign e2_t1 = {e2_hi1, 17'd0} + {{11{e2_lo1[44]}}, e2_lo1};
 // E3: terms on the grid.
 reg e3_v, e3_upd0, e3_upd1, e3_clear, e3_last, e3_nf0, e3_nf1;
 reg signed [95:0] e3_g0, e3_g1;
@@ -562,24 +573,33 @@ always @(posedge clock) begin
       e1_last <= sb4[96];
       e1_xnf <= x_nf4;
       e1_sa <= {{8{sa4[20]}}, sa4};
-      e1_xexp <= x_exp4;
       e1_d0 <= d04;
+      e1_fd0 <= factor(d04, od0[3:0]);
+      e1_fm0 <= factor(m04, om0[3:0]);
+      e1_fd1 <= factor(d14, od1[3:0]);
+      e1_fm1 <= factor(m14, om1[3:0]);
+      e1_kd0 <= od0[6:4];
+      e1_km0 <= om0[6:4];
+      e1_kd1 <= od1[6:4];
+      e1_km1 <= om1[6:4];
       e1_m0 <= m04;
       e1_d1 <= d14;
       e1_m1 <= m14;
    end
-   e2_t0 <= term(h0, k0);
-   e2_t1 <= term(h1, k1);
-   e2_sh0 <= f16_exp(h0) + e1_xexp + 10'sd7;
-   e2_sh1 <= f16_exp(h1) + e1_xexp + 10'sd7;
+   e2_lo0 <= $signed({1'b0, k0[16:0]}) * fa0;
+   e2_lo1 <= $signed({1'b0, k1[16:0]}) * fa1;
+   e2_hi0 <= $signed(k0[28:17]) * fa0;
+   e2_hi1 <= $signed(k1[28:17]) * fa1;
+   e2_k0 <= p1 ? e1_km0 : e1_kd0;
+   e2_k1 <= p1 ? e1_km1 : e1_kd1;
    e2_nf0 <= e1_xnf || (h0[14:10] == 5'd31);
    e2_nf1 <= e1_xnf || (h1[14:10] == 5'd31);
    e2_upd0 <= e1_upd0;
    e2_upd1 <= e1_upd1;
    e2_clear <= e1_clear && !p1;
    e2_last <= e1_last && (p1 || !e1_usem);
-   e3_g0 <= to_grid(e2_t0, e2_sh0);
-   e3_g1 <= to_grid(e2_t1, e2_sh1);
+   e3_g0 <= to_grid(e2_t0, e2_k0);
+   e3_g1 <= to_grid(e2_t1, e2_k1);
    e3_nf0 <= e2_nf0;
    e3_nf1 <= e2_nf1;
    e3_upd0 <= e2_upd0;

@@ -4,7 +4,7 @@
 //! - [`dsp`]: DSP48E2 packed multiplies (w4x2u).
 //! - [`dsp3`]: the overpacked w4x3u multiply: three W4 products per DSP48E2 with 12-bit activations.
 //! - [`acc`]: the accumulating w4x2u multiply (a block of 32 columns in P, with side bits).
-//! - [`lane`]: the hybrid PE lane (two rows, 16 DSP48E2, W4Min/W4/W8) with its block epilogue.
+//! - [`lane`]: the hybrid PE lane (two rows, 16 DSP48E2 for the products and 4 for the block scales, W4Min/W4/W8) with its block epilogue.
 //! - [`align`]: the block aligner (one per array).
 //! - [`array`]: the PE array of a config (structural Verilog: aligner + lanes).
 //! - [`round`]: the output stage, accumulators rounded to FP16 / FP32 (Verilog shared with the router).

@@ -88,10 +88,21 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_base, ld_idx, ld_l
             hold_nf <= nf;
         end
     end
-    assign o_acc0 = hold[{acc2} * o_sel +: {acc}];
-    assign o_acc1 = hold[{acc2} * o_sel + {acc} +: {acc}];
-    assign o_nf0 = hold_nf[2 * o_sel];
-    assign o_nf1 = hold_nf[2 * o_sel + 1];",
+    // the readout: lane `o_sel`'s two accumulators and flags, an AND-OR multiplexer of {l} x {sel} bits on a
+    // one-hot select. Not a part-select at `{acc2} * o_sel`, nor a `case` (yosys' pmux2shiftx makes that one a
+    // $shiftx too): yosys builds either as a barrel shifter over all of `hold`, which at 128 lanes it had not
+    // mapped after an hour; this way opu_matrix_dp's own logic maps in 4 minutes to 37k LUTs.
+    reg [{selb}:0] hsel;
+    integer j;
+    always @* begin
+        hsel = {sel}'d0;
+        for (j = 0; j < {l}; j = j + 1)
+            hsel = hsel | ({{{sel}{{o_sel == j}}}} & {{hold_nf[2 * j +: 2], hold[{acc2} * j +: {acc2}]}});
+    end
+    assign o_acc0 = hsel[{accm}:0];
+    assign o_acc1 = hsel[{acc2m}:{acc}];
+    assign o_nf0 = hsel[{acc2}];
+    assign o_nf1 = hsel[{acc2p}];",
         wb = 128 * l - 1,
         db = 64 * l - 1,
         ab = 2 * ACC_BITS * l - 1,
@@ -101,6 +112,11 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_base, ld_idx, ld_l
         acc = ACC_BITS,
         acc2 = 2 * ACC_BITS,
         vx = crate::vecunit::dp::VX_FUNCTIONS,
+        sel = 2 * ACC_BITS + 2,
+        selb = 2 * ACC_BITS + 1,
+        accm = ACC_BITS - 1,
+        acc2m = 2 * ACC_BITS - 1,
+        acc2p = 2 * ACC_BITS + 1,
     )
     .unwrap();
     for i in 0..l {
