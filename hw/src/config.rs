@@ -300,22 +300,19 @@ impl OverlayConfig {
     }
 
     /// Lines (32 bytes) of one row slot of the weight buffer: `weight_fifo_bytes` over two buffers of
-    /// `2 x pe_lanes` slots.
+    /// `2 x pe_lanes` slots. A lane's slot (its two rows) is a ring of `2 x weight_row_lines` 64-byte beats.
     pub fn weight_row_lines(&self) -> u32 {
         self.weight_fifo_bytes / (2 * 2 * self.pe_lanes * 32)
     }
 
-    /// Row-slot positions (32-byte lines) one row group of `row_bytes`-byte rows takes in the weight buffer,
-    /// which the matrix unit runs as a ring of `2 x weight_row_lines` positions per slot: the most lines a
-    /// row of that length touches counted from the even line at or before its first, wherever in the two
-    /// lines it starts (at an even byte, 0 to 62: every block format's rows and blocks lie at even bytes),
-    /// rounded up to even. A group starts at an even position, so a block that straddles two lines finds
-    /// them in the two banks, and a weight beat's two lines land in the even and the odd bank as they come
-    /// (rtl `matrix::feed`). At most `weight_row_lines` for a row the buffer takes
-    /// ([`OverlayConfig::max_matmul_row_bytes`]).
-    pub fn weight_group_lines(row_bytes: u32) -> u32 {
-        let lines = (row_bytes.max(1) + 61) / 32 + 1;
-        lines + (lines & 1)
+    /// Positions (64-byte beats) one row group of `row_bytes`-byte rows takes in a lane's slot of the weight
+    /// buffer, which the matrix unit runs as a ring of `2 x weight_row_lines` beats per lane: the most beats
+    /// a lane's two rows (`2 x row_bytes` bytes back to back) touch, wherever in a beat they start (at an even
+    /// byte, 0 to 62: every block format's rows and blocks lie at even bytes; rtl `matrix::feed`). At most
+    /// `weight_row_lines` for a row the buffer takes ([`OverlayConfig::max_matmul_row_bytes`]), so that two
+    /// groups fit.
+    pub fn weight_group_beats(row_bytes: u32) -> u32 {
+        (2 * row_bytes.max(1) + 125) / 64
     }
 
     /// Row groups of `row_bytes`-byte rows the weight buffer holds at once: as many as the ring has room
@@ -325,9 +322,10 @@ impl OverlayConfig {
         Self::weight_groups_in_ring(self.weight_row_lines(), row_bytes)
     }
 
-    /// [`OverlayConfig::weight_groups_in_buffer`] for row slots of `row_lines` lines.
+    /// [`OverlayConfig::weight_groups_in_buffer`] for row slots of `row_lines` lines (lane rings of
+    /// `2 x row_lines` beats).
     pub fn weight_groups_in_ring(row_lines: u32, row_bytes: u32) -> u32 {
-        (2 * row_lines / Self::weight_group_lines(row_bytes)).clamp(1, WEIGHT_GROUP_ENTRIES)
+        (2 * row_lines / Self::weight_group_beats(row_bytes)).clamp(1, WEIGHT_GROUP_ENTRIES)
     }
 
     /// The longest `matmul` row, bytes, that a row slot holds wherever in a line the row starts (a row of
@@ -369,24 +367,24 @@ mod tests {
         for c in [OverlayConfig::sim(), OverlayConfig::u280()] {
             let ring = 2 * c.weight_row_lines();
             for rb in (2..=c.max_matmul_row_bytes()).step_by(2) {
-                let span = OverlayConfig::weight_group_lines(rb);
-                // every even start byte in two lines: the row's lines from the even one fit its span
+                let span = OverlayConfig::weight_group_beats(rb);
+                // every even start byte in a beat: the lane's two rows fit its span
                 for x in (0..64).step_by(2) {
-                    assert!((x + rb - 1) / 32 + 1 <= span, "{} rb {rb} x {x}", c.name);
+                    assert!((x + 2 * rb - 1) / 64 + 1 <= span, "{} rb {rb} x {x}", c.name);
                 }
-                assert!(span % 2 == 0 && span <= c.weight_row_lines(), "{} rb {rb}", c.name);
+                assert!(span <= c.weight_row_lines(), "{} rb {rb}", c.name);
                 let k = c.weight_groups_in_buffer(rb);
                 assert!(k >= 2 && k * span <= ring && k <= WEIGHT_GROUP_ENTRIES, "{} rb {rb}", c.name);
             }
         }
-        // SmolLM2's rows at `sim` (64-line slots, a ring of 128): 576 W4Min columns (360 bytes) 14 lines, 8
-        // groups at once (the table's entries; the ring has room for 9); 1,536 W4Min (960) 32 lines, 4; 576
-        // W8 (612) 22 lines, 5; Llama-7B's at `u280` (256 lines): 4,096 W4Min (2,560) 82 lines, 6; 11,008
-        // W4Min (6,880) 218 lines, 2
+        // SmolLM2's rows at `sim` (lane rings of 128 beats): 576 W4Min columns (360 bytes) 13 beats, 8 groups
+        // at once (the table's entries; the ring has room for 9); 1,536 W4Min (960) 31 beats, 4; 576 W8 (612)
+        // 21 beats, 6; Llama-7B's at `u280` (rings of 512): 4,096 W4Min (2,560) 81 beats, 6; 11,008 W4Min
+        // (6,880) 216 beats, 2
         let (s, u) = (OverlayConfig::sim(), OverlayConfig::u280());
-        assert_eq!([360, 960, 612].map(OverlayConfig::weight_group_lines), [14, 32, 22]);
-        assert_eq!([360, 960, 612].map(|rb| s.weight_groups_in_buffer(rb)), [8, 4, 5]);
-        assert_eq!([2560, 6880].map(OverlayConfig::weight_group_lines), [82, 218]);
+        assert_eq!([360, 960, 612].map(OverlayConfig::weight_group_beats), [13, 31, 21]);
+        assert_eq!([360, 960, 612].map(|rb| s.weight_groups_in_buffer(rb)), [8, 4, 6]);
+        assert_eq!([2560, 6880].map(OverlayConfig::weight_group_beats), [81, 216]);
         assert_eq!([2560, 6880].map(|rb| u.weight_groups_in_buffer(rb)), [6, 2]);
     }
 

@@ -9,9 +9,9 @@
 //!    traps with the functional simulator's code and ERROR_INFO.
 //! 2. **Load** a group: its bytes are contiguous in device memory (rows back to back), so the loader requests
 //!    the group's 64-byte beats in order on the top's weight port (two lines per cycle, the `sim` preset's
-//!    memory bandwidth) and every weight feed keeps the lines of its two rows. The weight buffer is a ring
-//!    per row slot (`2 x weight_row_lines` positions) in which groups follow each other, each taking
-//!    `OverlayConfig::weight_group_lines` positions: the loader runs as many groups ahead of the compute as
+//!    memory bandwidth) and every weight feed keeps the beats of its two rows. The weight buffer is a ring
+//!    per lane (`2 x weight_row_lines` beats) in which groups follow each other, each taking
+//!    `OverlayConfig::weight_group_beats` positions: the loader runs as many groups ahead of the compute as
 //!    the ring holds (`OverlayConfig::weight_groups_in_buffer`, up to `WEIGHT_GROUP_ENTRIES` = 8), so a group costs the longer of
 //!    its load and its compute, and the memory latency is paid once per `matmul` wherever the compute keeps
 //!    up with the memory.
@@ -323,7 +323,7 @@ pub struct Matrix {
     b_base_5: DFF<Bits<16>>,
     b_base_6: DFF<Bits<16>>,
     b_base_7: DFF<Bits<16>>,
-    /// `OverlayConfig::weight_group_lines` of the rows; the ring's free positions.
+    /// `OverlayConfig::weight_group_beats` of the rows; the ring's free positions.
     gspan: DFF<Bits<16>>,
     ring_free: DFF<Bits<16>>,
     /// The compute's group: its base position in the ring.
@@ -901,9 +901,8 @@ impl Logic for Matrix {
             self.e_o0.next = self.b_o0_7.q.val();
             self.e_base.next = self.b_base_7.q.val();
         }
-        // a group's ring positions: the most lines one of its rows touches counted from the even line at or
-        // before its first (`OverlayConfig::weight_group_lines`), rounded up to even
-        self.span_raw.next = ((self.rb.q.val().get_bits::<16>(0) + 61) >> 5) + 1;
+        // a group's ring positions: the most beats a lane's two rows touch (`OverlayConfig::weight_group_beats`)
+        self.span_raw.next = bit_cast::<16, 32>(((self.rb.q.val() << 1) + 125) >> 6);
         // a response of the group filling entry r_buf (none are taken while draining after a flush)
         self.r_valid.next = self.m_resp.val() & (self.state.q.val() != MatrixState::Drain) & (self.state.q.val() != MatrixState::Idle);
         self.r_last.next = self.resp_k.q.val() + 1 == self.r_nb.val();
@@ -1046,7 +1045,7 @@ impl Logic for Matrix {
                     self.dst_len.d.next = self.pl_lo.val() + (self.pl_hi.val() << 16) + (bit_cast::<32, 16>(self.rows.q.val()) << 2);
                 }
                 self.state.d.next = MatrixState::Check3;
-                self.gspan.d.next = self.span_raw.val() + bit_cast::<16, 1>(self.span_raw.val().get_bit(0).into());
+                self.gspan.d.next = self.span_raw.val();
                 if self.rb.q.val() > self.max_row.val() {
                     self.raise.next = true;
                 }
