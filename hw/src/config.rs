@@ -124,8 +124,8 @@ impl OverlayConfig {
             vector_lanes: 8,
             max_batch: 64,
             scratchpad_bytes: 4 << 20,
-            // a ring of 512 lines per row slot: two groups of 256 rows of up to 8,128 bytes (four of
-            // Llama-7B's 4,096-column Q4_1 rows, two of its 11,008-column ones); 4 MiB of URAM
+            // a ring of 512 beats per lane (eight 512 x 72 block RAMs): six groups of Llama-7B's 4,096-column
+            // Q4_1 rows at once, two of its 11,008-column ones; 4 MiB in all
             weight_fifo_bytes: 4 << 20,
             kv_history_slots: 4096,
             kv_history_width: 256,

@@ -10,7 +10,7 @@
 //! most 34 bytes) spans at most five consecutive units, which lie in five different banks, so the banks
 //! read it in one cycle: bank `j` at the block's beat, or at the next one for the units before the block's
 //! first. Each bank is 64 bits wide and `2^A` deep: one block RAM (512 x 72) at the `u280` preset, eight
-//! per lane (four banks of 256 bits per row, sixteen block RAMs, until 2026-12-06).
+//! per lane (until 2026-12-06 each row had two banks of 256 bits, even and odd lines: sixteen block RAMs).
 //!
 //! The banks have one read port, so the feed reads one row's block per step and keeps it: with W4Min / W4
 //! (both rows per step) row 0's at the block's half-0 step and row 1's at its half-1 step, each block read

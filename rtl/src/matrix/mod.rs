@@ -402,7 +402,7 @@ pub struct Matrix {
     /// `2 x pe_lanes` and its log2; lanes per readout chunk (log2) by output type.
     group_rows: Constant<Bits<16>>,
     group_shift: Constant<Bits<8>>,
-    /// Positions of a row slot's ring (`2 x weight_row_lines`, a power of two).
+    /// Positions (beats) of a lane's ring (`2 x weight_row_lines`, a power of two).
     ring: Constant<Bits<16>>,
     f_fmt: Constant<Bits<8>>,
     f_out: Constant<Bits<8>>,
