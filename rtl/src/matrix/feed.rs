@@ -274,7 +274,8 @@ impl<const A: usize> Logic for WeightFeed<A> {
         }
         self.kk.next = (self.pos.val() >> 6) + bit_cast::<24, 16>(self.rd_base.val());
         self.u.next = self.pos.val().get_bits::<3>(3);
-        // banks before the block's first unit hold its units of the next beat
+        // a bank before the block's first unit holds one of its units of the next beat when the five units
+        // pass the beat's end (u >= 4: banks 0 ..= u - 4); banks 4 to 7 never do
         self.b0.read_address.next = bit_cast::<A, 24>(self.kk.val());
         self.b1.read_address.next = bit_cast::<A, 24>(self.kk.val());
         self.b2.read_address.next = bit_cast::<A, 24>(self.kk.val());
@@ -294,15 +295,6 @@ impl<const A: usize> Logic for WeightFeed<A> {
         }
         if self.u.val() > bits::<3>(3) {
             self.b3.read_address.next = bit_cast::<A, 24>(self.kk.val() + 1);
-        }
-        if self.u.val() > bits::<3>(4) {
-            self.b4.read_address.next = bit_cast::<A, 24>(self.kk.val() + 1);
-        }
-        if self.u.val() > bits::<3>(5) {
-            self.b5.read_address.next = bit_cast::<A, 24>(self.kk.val() + 1);
-        }
-        if self.u.val() > bits::<3>(6) {
-            self.b6.read_address.next = bit_cast::<A, 24>(self.kk.val() + 1);
         }
         self.u1.d.next = self.u.val();
         // (blocks lie at even bytes, every format's: the byte in the unit is 0, 2, 4 or 6)
