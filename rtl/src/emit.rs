@@ -67,6 +67,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "one vector lane (the vector unit has 8, `vector_lanes`): element-wise ops, exp/rsqrt/recip/sigmoid/SiLU, RMSNorm, RoPE, axpby; one element per cycle",
     ),
     (
+        "vector_light",
+        "opu_vector_light",
+        "a light vector lane (lanes 1 to 7 of the vector unit): the vector lane without rsqrt and rms_inv",
+    ),
+    (
         "reduce",
         "opu_reduce",
         "reduction unit: sum of squares into a 96-bit accumulator (and its FP32 rounding), online-softmax state (max, c, p, l)",
@@ -253,11 +258,14 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         }
         "lane" => {
             check_lane_config(unit, cfg)?;
-            checked_verilog(&crate::lane::lane_top())?
+            // (the DSP48E2 primitives of the products need a simulation model under Verilator)
+            let v = checked_verilog(&crate::lane::lane_top())?;
+            format!("{v}\n{}", crate::lane::DSP48E2_STAND_IN)
         }
         "router" => checked_verilog(&crate::router::router_top())?,
         "fp32" => checked_verilog(&crate::fp32::fp32_top())?,
         "vector" => checked_verilog(&crate::vector::vector_top())?,
+        "vector_light" => checked_verilog(&crate::vector::light_vector_top())?,
         "reduce" => checked_verilog(&crate::reduce::reduce_top())?,
         "core" => checked_verilog(&crate::ctrl::core::core_top(cfg))?,
         "mmio" => checked_verilog(&crate::ctrl::mmio::mmio_top(cfg))?,

@@ -324,11 +324,13 @@ pub struct Graph {
     prefix: String,
     nodes: Vec<Node>,
     outputs: Vec<(String, Val, bool)>,
+    /// The least [`Self::latency`] (a variant of a pipeline kept in step with the full one).
+    min_latency: u32,
 }
 
 impl Graph {
     pub fn new(prefix: &str) -> Self {
-        Graph { prefix: prefix.to_string(), nodes: Vec::new(), outputs: Vec::new() }
+        Graph { prefix: prefix.to_string(), nodes: Vec::new(), outputs: Vec::new(), min_latency: 0 }
     }
 
     fn push(&mut self, kind: Kind, width: u32, time: u32) -> Val {
@@ -392,7 +394,12 @@ impl Graph {
     /// The edge after which the outputs are valid: one register after the last of them. A value on the
     /// ports before edge `t` is on the outputs after edge `t + latency - 1`.
     pub fn latency(&self) -> u32 {
-        self.outputs.iter().map(|o| self.time(o.1)).max().expect("graph without outputs") + 1
+        (self.outputs.iter().map(|o| self.time(o.1)).max().expect("graph without outputs") + 1).max(self.min_latency)
+    }
+
+    /// Delays the outputs so that [`Self::latency`] is at least `latency`.
+    pub fn pad_latency(&mut self, latency: u32) {
+        self.min_latency = latency;
     }
 
     fn name(&self, v: Val) -> String {

@@ -17,8 +17,10 @@
 //! - **W8**: each DSP multiplies one activation by one signed 8-bit weight of one row (`row` selects it):
 //!   a block of both rows takes four cycles, 16 products per cycle: packing factor 1.
 //!
-//! The 16 packed products are summed in a registered adder tree (the packed sum is linear: the fields stay
-//! separable up to [`packing::W4X2U_MAX_DEPTH`] = 34 columns), the two halves of a block are added, and the
+//! The 16 packed products are summed, in threes by the DSP48E2 post-adders (cascade and C port: the
+//! primitive is instantiated, with a stand-in for Verilator, [`DSP48E2_STAND_IN`]) and the six sums in
+//! fabric (the packed sum is linear: the fields stay separable up to [`packing::W4X2U_MAX_DEPTH`] = 34
+//! columns), the two halves of a block are added, and the
 //! extraction ([`packing::unpack_fields`], stride 22, t = 3) gives both rows' exact sums. The epilogue
 //! multiplies them by the FP16 significands of `d` (and `m`), signed and shifted left by the low 4 bits of the
 //! term's shift onto the accumulator grid, in two DSP48E2 per row (a 29 x 27-bit product: `S`'s low 17 bits
@@ -27,7 +29,7 @@
 //! block takes two cycles anyway. (Until 2026-12-06 the multiplies were shift-and-add in fabric and the shift
 //! a 7-level shifter: 4,484 LUTs per lane by yosys, 2,776 now, for 4 more DSP48E2.)
 //!
-//! - [`LaneProducts`]: the 16 DSPs and the adder tree (4 register stages).
+//! - [`LaneProducts`]: the 16 DSPs and their sum (5 register stages).
 //! - [`LaneEpilogue`]: half-block sum, extraction, terms, accumulators (5 more register stages for W4Min's
 //!   m-terms, 4 for the d-terms).
 //! - [`Lane`]: both. [`LANE_LATENCY`] edges from a block's last half to its accumulators.
@@ -58,8 +60,10 @@ pub const W_BUS: usize = LANE_DSPS * 8;
 pub const ACC_BITS: usize = opu_hw::numerics::acc::ACC_BITS as usize;
 /// Width of `S_a` (|S_a| <= 32 * 32767 < 2^20).
 pub const SA_BITS: usize = 21;
-/// Register stages of [`LaneProducts`] (input, P, tree 16->4, tree 4->1).
-pub const PRODUCTS_LATENCY: usize = 4;
+/// Register stages of [`LaneProducts`] (input, P, the triples' post-adds 16->6, fabric pairs 6->3, 3->1).
+pub const PRODUCTS_LATENCY: usize = 5;
+// The epilogue's Verilog delays the side-band by five registers (`sb0` .. `sb4`) to meet `psum`.
+const _: () = assert!(PRODUCTS_LATENCY == 5);
 /// Register stages of the epilogue after the products (half sum + extraction, terms, shift, accumulate), plus
 /// one because W4Min's m-terms follow the d-terms through the shared term units a cycle later.
 pub const EPILOGUE_LATENCY: usize = 5;
@@ -145,9 +149,9 @@ pub fn cycle_products(mode: u64, x: &[i16; LANE_DSPS], w: &[u8; LANE_DSPS]) -> (
     (psum, side)
 }
 
-/// The 16 DSP48E2 and the adder tree. Inputs are registered (DSP48E2 A/B registers), products in P, the
-/// tree in two registered levels: `psum`/`side` show [`cycle_products`] of the inputs `PRODUCTS_LATENCY`
-/// edges after the edge that took them.
+/// The 16 DSP48E2 and their sum. Inputs are registered, products in P (edge 2), in triples summed by the DSPs'
+/// post-adders (edge 3), the six sums then in fabric (edges 4 and 5): `psum`/`side` show [`cycle_products`]
+/// of the inputs `PRODUCTS_LATENCY` edges after the edge that took them.
 #[derive(Clone, Debug, Default, LogicBlock)]
 pub struct LaneProducts {
     pub clock: Signal<In, Clock>,
@@ -182,9 +186,14 @@ impl Logic for LaneProducts {
         self.side.connect();
     }
     fn hdl(&self) -> Verilog {
-        // One generate instance per DSP48E2: A/B input registers are the shared x_r/w_r, M/P is `p`. Port A
-        // W4: {0, w1, 18'b0, w0}; W8: sext27(w). The side product x[2:0] * w1[2:0] (mod 8) is a 3x3 LUT
-        // multiply. Products are collected in flat vectors (portable to yosys and Verilator) for the tree.
+        // One DSP48E2 primitive per column (port A W4: {0, w1, 18'b0, w0}; W8: sext27(w)), in triples that
+        // add in the DSPs' post-adders (yosys 0.23 leaves a behavioural `a * b + c` in fabric): `a` and `b`
+        // give P = A * B at edge 2; `c` registers its operands once more (AREG = BREG = 1) and gives, at edge
+        // 3, P = A * B + PCIN (a's P, the dedicated cascade) + C (b's P). Five triples and DSP 15 (registered
+        // once more, P at edge 3) leave six sums: added in pairs (edge 4), then the three (edge 5). (A sum of
+        // six in one stage is a `$macc` to yosys, which maps it as a compressor tree of about 800 LUTs; two
+        // stages of at most three operands are carry chains, about 150.) The side product x[2:0] * w1[2:0]
+        // (mod 8) is a 3x3 LUT multiply. `x_r`, `w_r`: the input registers.
         Verilog::Custom(format!(
             "\
 reg [{xb}:0] x_r;
@@ -192,24 +201,44 @@ reg [{wb}:0] w_r;
 reg [1:0] mode_r;
 wire [{pf}:0] p_all;
 wire [{sf}:0] s_all;
-reg signed [47:0] t0, t1, t2, t3;
-reg [2:0] u0, u1, u2, u3;
+reg [2:0] u0, u1, u2, u3, side_r;
+reg [47:0] s01, s23, s45;
 genvar g;
 generate for (g = 0; g < {n}; g = g + 1) begin : dsp
    wire signed [15:0] xg;
    wire [7:0] wg;
    wire signed [26:0] port_a;
    wire signed [17:0] port_b;
-   reg signed [47:0] p;
+   wire [47:0] p;
+   wire [47:0] pcout;
    reg [2:0] lo;
    assign xg = x_r[16*g +: 16];
    assign wg = w_r[8*g +: 8];
    assign port_a = (mode_r == 2'd2) ? {{{{19{{wg[7]}}}}, wg}} : {{1'b0, wg[7:4], 18'b0, wg[3:0]}};
    assign port_b = {{{{2{{xg[15]}}}}, xg}};
-   always @(posedge clock) begin
-      p <= port_a * port_b;
-      lo <= (mode_r == 2'd2) ? 3'd0 : xg[2:0] * wg[6:4];
+   // c of a triple, and DSP 15: operands registered once more in the DSP
+   localparam integer R = (g % 3 == 2 || g == {last}) ? 1 : 0;
+   // c: W = C (b's P), Z = PCIN (a's P), X + Y = M; the others: P = M
+   localparam [8:0] OPM = (g % 3 == 2) ? 9'b11_001_0101 : 9'b00_000_0101;
+   wire [47:0] c_in;
+   wire [47:0] pc_in;
+   if (g % 3 == 2) begin : sum
+      assign c_in = dsp[g - 1].p;
+      assign pc_in = dsp[g - 2].pcout;
+   end else begin : alone
+      assign c_in = 48'd0;
+      assign pc_in = 48'd0;
    end
+   DSP48E2 #(.AREG(R), .BREG(R), .ACASCREG(R), .BCASCREG(R), .CREG(0), .MREG(0), .PREG(1), .ADREG(0), .DREG(0),
+      .INMODEREG(0), .OPMODEREG(0), .ALUMODEREG(0), .CARRYINREG(0), .CARRYINSELREG(0), .USE_MULT(\"MULTIPLY\"),
+      .AMULTSEL(\"A\"), .BMULTSEL(\"B\"), .A_INPUT(\"DIRECT\"), .B_INPUT(\"DIRECT\"), .USE_SIMD(\"ONE48\"))
+   dsp48(.CLK(clock), .A({{{{3{{port_a[26]}}}}, port_a}}), .B(port_b), .C(c_in), .D(27'd0), .PCIN(pc_in),
+      .OPMODE(OPM), .ALUMODE(4'd0), .INMODE(5'd0), .CARRYINSEL(3'd0), .CARRYIN(1'b0),
+      .CEA1(1'b1), .CEA2(1'b1), .CEB1(1'b1), .CEB2(1'b1), .CEC(1'b1), .CED(1'b1), .CEAD(1'b1), .CEM(1'b1),
+      .CEP(1'b1), .CECTRL(1'b1), .CEINMODE(1'b1), .CEALUMODE(1'b1), .CECARRYIN(1'b1),
+      .RSTA(1'b0), .RSTB(1'b0), .RSTC(1'b0), .RSTD(1'b0), .RSTM(1'b0), .RSTP(1'b0), .RSTCTRL(1'b0),
+      .RSTINMODE(1'b0), .RSTALUMODE(1'b0), .RSTALLCARRYIN(1'b0), .P(p), .PCOUT(pcout));
+   always @(posedge clock) lo <= (mode_r == 2'd2) ? 3'd0 : xg[2:0] * wg[6:4];
    assign p_all[48*g +: 48] = p;
    assign s_all[3*g +: 3] = lo;
 end endgenerate
@@ -217,16 +246,16 @@ always @(posedge clock) begin
    x_r <= x;
    w_r <= w;
    mode_r <= mode;
-   t0 <= p_all[47:0] + p_all[95:48] + p_all[143:96] + p_all[191:144];
-   t1 <= p_all[239:192] + p_all[287:240] + p_all[335:288] + p_all[383:336];
-   t2 <= p_all[431:384] + p_all[479:432] + p_all[527:480] + p_all[575:528];
-   t3 <= p_all[623:576] + p_all[671:624] + p_all[719:672] + p_all[767:720];
    u0 <= s_all[2:0] + s_all[5:3] + s_all[8:6] + s_all[11:9];
    u1 <= s_all[14:12] + s_all[17:15] + s_all[20:18] + s_all[23:21];
    u2 <= s_all[26:24] + s_all[29:27] + s_all[32:30] + s_all[35:33];
    u3 <= s_all[38:36] + s_all[41:39] + s_all[44:42] + s_all[47:45];
-   psum <= t0 + t1 + t2 + t3;
-   side <= u0 + u1 + u2 + u3;
+   s01 <= p_all[143:96] + p_all[287:240];
+   s23 <= p_all[431:384] + p_all[575:528];
+   s45 <= p_all[719:672] + p_all[767:720];
+   psum <= s01 + s23 + s45;
+   side_r <= u0 + u1 + u2 + u3;
+   side <= side_r;
 end
 ",
             xb = X_BUS - 1,
@@ -234,9 +263,60 @@ end
             pf = 48 * LANE_DSPS - 1,
             sf = 3 * LANE_DSPS - 1,
             n = LANE_DSPS,
+            last = LANE_DSPS - 1,
         ))
     }
 }
+
+/// Verilator's stand-in for the DSP48E2 primitive, as [`LaneProducts`] configures it: A and B registered 0 or
+/// 1 times (AREG = BREG), no C or M register, P registered; P = A[26:0] x B (signed 27 x 18) + W + Z with W
+/// = C (OPMODE[8:7] = 3) or 0 and Z = PCIN (OPMODE[6:4] = 1) or 0, ALUMODE 0. It is not a model of the
+/// primitive's other modes (a configuration outside these stops the simulation). Inside `ifndef YOSYS`:
+/// yosys maps the instances to its own DSP48E2 cell (and Vivado to the primitive).
+pub const DSP48E2_STAND_IN: &str = "\
+`ifndef YOSYS
+module DSP48E2 #(
+   parameter integer AREG = 1, BREG = 1, ACASCREG = 1, BCASCREG = 1, CREG = 1, MREG = 1, PREG = 1, ADREG = 1,
+   parameter integer DREG = 1, INMODEREG = 1, OPMODEREG = 1, ALUMODEREG = 1, CARRYINREG = 1, CARRYINSELREG = 1,
+   parameter USE_MULT = \"MULTIPLY\", AMULTSEL = \"A\", BMULTSEL = \"B\", A_INPUT = \"DIRECT\", B_INPUT = \"DIRECT\",
+   parameter USE_SIMD = \"ONE48\"
+) (
+   input wire CLK,
+   input wire [29:0] A,
+   input wire [17:0] B,
+   input wire [47:0] C,
+   input wire [26:0] D,
+   input wire [47:0] PCIN,
+   input wire [8:0] OPMODE,
+   input wire [3:0] ALUMODE,
+   input wire [4:0] INMODE,
+   input wire [2:0] CARRYINSEL,
+   input wire CARRYIN,
+   input wire CEA1, CEA2, CEB1, CEB2, CEC, CED, CEAD, CEM, CEP, CECTRL, CEINMODE, CEALUMODE, CECARRYIN,
+   input wire RSTA, RSTB, RSTC, RSTD, RSTM, RSTP, RSTCTRL, RSTINMODE, RSTALUMODE, RSTALLCARRYIN,
+   output reg [47:0] P,
+   output wire [47:0] PCOUT
+);
+   initial begin
+      if (AREG > 1 || BREG != AREG || CREG != 0 || MREG != 0 || PREG != 1)
+         $fatal(1, \"DSP48E2 stand-in: unsupported register configuration\");
+   end
+   reg [29:0] a1;
+   reg [17:0] b1;
+   always @(posedge CLK) begin
+      a1 <= A;
+      b1 <= B;
+   end
+   wire [29:0] a = (AREG == 0) ? A : a1;
+   wire [17:0] b = (BREG == 0) ? B : b1;
+   wire signed [44:0] mul = $signed(a[26:0]) * $signed(b);
+   wire [47:0] w = (OPMODE[8:7] == 2'b11) ? C : 48'd0;
+   wire [47:0] z = (OPMODE[6:4] == 3'b001) ? PCIN : 48'd0;
+   always @(posedge CLK) P <= {{3{mul[44]}}, mul} + w + z;
+   assign PCOUT = P;
+endmodule
+`endif
+";
 
 /// The side-band of one half-block as it travels down the pipeline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -447,7 +527,8 @@ impl Logic for LaneEpilogue {
 }
 
 /// The epilogue's Verilog. Side-band layout of `sb*`: {half, row, clear, last, mode[1:0], x_nf,
-/// x_exp[7:0], sa[20:0], d0, m0, d1, m1} (100 bits); `v*` the valid bits (reset).
+/// x_exp[7:0], sa[20:0], d0, m0, d1, m1} (100 bits); `v*` the valid bits (reset). The side-band's delay
+/// `sb0` .. `sb4` is the products' latency.
 const EPILOGUE_VERILOG: &str = "\
 // FP16 significand (hidden bit explicit), exponent (subnormals read 1), non-finite.
 function automatic [10:0] f16_sig(input [15:0] h);
@@ -485,8 +566,8 @@ function automatic signed [95:0] to_grid(input signed [55:0] t, input [2:0] k);
 endfunction
 wire [99:0] sb_in;
 assign sb_in = {half, row, clear, last, mode, x_nf, x_exp, sa, d0, m0, d1, m1};
-reg [99:0] sb1, sb2, sb3, sb4;
-reg v1, v2, v3, v4;
+reg [99:0] sb0, sb1, sb2, sb3, sb4;
+reg v0, v1, v2, v3, v4;
 // sb4 fields
 wire half4, row4;
 wire [1:0] mode4;
@@ -554,7 +635,8 @@ assign e2_t1 = {e2_hi1, 17'd0} + {{11{e2_lo1[44]}}, e2_lo1};
 reg e3_v, e3_upd0, e3_upd1, e3_clear, e3_last, e3_nf0, e3_nf1;
 reg signed [95:0] e3_g0, e3_g1;
 always @(posedge clock) begin
-   sb1 <= sb_in;
+   sb0 <= sb_in;
+   sb1 <= sb0;
    sb2 <= sb1;
    sb3 <= sb2;
    sb4 <= sb3;
@@ -617,6 +699,7 @@ always @(posedge clock) begin
    done0 <= e3_v && e3_upd0 && e3_last;
    done1 <= e3_v && e3_upd1 && e3_last;
    if (reset) begin
+      v0 <= 1'b0;
       v1 <= 1'b0;
       v2 <= 1'b0;
       v3 <= 1'b0;
@@ -626,7 +709,8 @@ always @(posedge clock) begin
       e2_v <= 1'b0;
       e3_v <= 1'b0;
    end else begin
-      v1 <= valid;
+      v0 <= valid;
+      v1 <= v0;
       v2 <= v1;
       v3 <= v2;
       v4 <= v3;

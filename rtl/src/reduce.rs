@@ -23,6 +23,9 @@
 //! is written back to the row (and forwarded to a score of the same row [`SOFTMAX_II`] cycles behind).
 //! `reset` clears `sm_busy` and the scores in flight (the sum of squares needs none: its first element
 //! comes with `sq_clear`; a row's first score comes with `sm_start`).
+//!
+//! The attention unit's instance is [`Reduce::softmax_only`]: built without the sum of squares, whose outputs
+//! stay 0 (the overlay's fused sums of squares are in the matrix and vector datapaths, `vx_sqsum`).
 
 use crate::fp32::{fp_op_verilog, FpOp, Graph, FADD_LATENCY, FMUL_LATENCY, FP32_VERILOG};
 use crate::lane::{acc_bits, ModelState, ACC_BITS};
@@ -58,9 +61,19 @@ struct Built {
     softmax_latency: usize,
 }
 
-fn built() -> &'static Built {
-    static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
+/// The unit's Verilog, with the sum of squares (`sumsq`) or without (its outputs 0).
+fn built(sumsq: bool) -> &'static Built {
+    static FULL: OnceLock<Built> = OnceLock::new();
+    static SOFTMAX: OnceLock<Built> = OnceLock::new();
+    if sumsq {
+        FULL.get_or_init(|| build(true))
+    } else {
+        SOFTMAX.get_or_init(|| build(false))
+    }
+}
+
+fn build(sumsq: bool) -> Built {
+    {
         let mut g = Graph::new("r");
         let s = g.signal("s1_score", 32, 1);
         let mo = g.signal("s1_mo", 32, 1);
@@ -83,7 +96,7 @@ fn built() -> &'static Built {
         let mut v = String::new();
         v.push_str(FP32_VERILOG);
         v.push_str(&approx_verilog());
-        v.push_str(SUMSQ_VERILOG);
+        v.push_str(if sumsq { SUMSQ_VERILOG } else { NO_SUMSQ_VERILOG });
         v.push_str(
             &STAGE0_VERILOG
                 .replace("@VB", &fb.to_string())
@@ -126,14 +139,24 @@ fn built() -> &'static Built {
             ii = SOFTMAX_II
         );
         Built { verilog: v, softmax_latency: fb + 1 }
-    })
+    }
 }
 
 /// Register stages of the online softmax: a score taken at edge `t` has its outputs after edge
 /// `t + softmax_latency() - 1`.
 pub fn softmax_latency() -> usize {
-    built().softmax_latency
+    built(true).softmax_latency
 }
+
+/// The outputs of the sum of squares in an instance without it ([`Reduce::softmax_only`]).
+const NO_SUMSQ_VERILOG: &str = "\
+// ---- no sum of squares in this instance: its outputs stay 0 ----
+always @(posedge clock) begin
+   sumsq <= 96'sd0;
+   sumsq_nf <= 1'b0;
+   sumsq_f32 <= 32'd0;
+end
+";
 
 /// The sum of squares' Verilog (SUMSQ_LATENCY stages).
 const SUMSQ_VERILOG: &str = "\
@@ -328,6 +351,16 @@ pub struct Reduce {
     pub sm_l: Signal<Out, Bits<32>>,
     pub sm_m: Signal<Out, Bits<32>>,
     state: ModelState<ReduceModel>,
+    /// Built without the sum of squares (its outputs 0): the attention unit's instance, which uses the
+    /// online softmax only (the matrix and vector units sum their squares in their own datapaths).
+    softmax_only: ModelState<bool>,
+}
+
+impl Reduce {
+    /// The unit without the sum of squares.
+    pub fn softmax_only() -> Self {
+        Reduce { softmax_only: ModelState(true), ..Default::default() }
+    }
 }
 
 impl Logic for Reduce {
@@ -349,7 +382,7 @@ impl Logic for Reduce {
         }
         s.sq_pipe.push_back((s.acc.fixed, s.acc.nonfinite, s.acc.to_f32().to_bits()));
         s.sq_pipe.pop_front();
-        let (fixed, nf, f) = s.sq_pipe[0];
+        let (fixed, nf, f) = if self.softmax_only.0 { (0, false, 0) } else { s.sq_pipe[0] };
         self.sumsq.next = acc_bits(fixed);
         self.sumsq_nf.next = nf;
         self.sumsq_f32.next = u64::from(f).into();
@@ -408,7 +441,7 @@ impl Logic for Reduce {
         self.sm_m.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(built().verilog.clone())
+        Verilog::Custom(built(!self.softmax_only.0).verilog.clone())
     }
 }
 

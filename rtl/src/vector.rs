@@ -20,6 +20,11 @@
 //! 5. `rsqrt` (of `a`, or of `mean + eps` for `rms_inv`): 6 multiplies, 4 adds (`0.5 * y` is an exact
 //!    exponent decrement: y is always in (0.5, 1]).
 //!
+//! The **light lane** ([`Vector::light`], unit `vector_light`) is the same pipeline without step 5: `rsqrt`
+//! and `rms_inv` give +0 there, every other op the full lane's bits after the same number of stages. The
+//! vector unit needs `rsqrt` only for `rms_inv`, once per row on its lane 0 (no `vop` op is an `rsqrt`), so its
+//! lanes 1 to 7 are light: 10 FP32 operators fewer each.
+//!
 //! The lane's Rust model (`update()`) is [`LaneOp::apply`], i.e. the opu-hw functions.
 
 use crate::fp32::{Graph, Val, FP32_VERILOG};
@@ -233,8 +238,8 @@ fn ops(t: &str) -> String {
     s
 }
 
-/// The lane's dataflow.
-fn lane_graph() -> Graph {
+/// The lane's dataflow; without `rsqrt` the light lane's, kept to the full lane's latency.
+fn lane_graph(rsqrt: bool) -> Graph {
     let mut g = Graph::new("v");
     let op = g.port("op", 4);
     let a = g.port("a", 32);
@@ -291,6 +296,12 @@ fn lane_graph() -> Graph {
         ),
     );
     let y1 = g.comb(32, true, &[op, a1], &ops("(#0 == @ROPE) ? #1 : 32'd0"));
+    if !rsqrt {
+        g.output("y0", mid, false);
+        g.output("y1", y1, false);
+        g.pad_latency(lane_graph(true).latency());
+        return g;
+    }
     // 5. rsqrt
     let fin = g.comb(32, false, &[op, a, a0], &ops("(#0 == @RMS_INV) ? #2 : #1"));
     let rs = rsqrt_graph(&mut g, fin);
@@ -307,28 +318,37 @@ struct Built {
     adds: usize,
 }
 
-fn built() -> &'static Built {
-    static B: OnceLock<Built> = OnceLock::new();
-    B.get_or_init(|| {
-        let g = lane_graph();
-        let (muls, adds) = g.operator_counts();
-        Built {
-            verilog: format!("{FP32_VERILOG}{}{}", approx_verilog(), g.verilog()),
-            latency: g.latency() as usize,
-            muls,
-            adds,
-        }
-    })
+fn build(rsqrt: bool) -> Built {
+    let g = lane_graph(rsqrt);
+    let (muls, adds) = g.operator_counts();
+    Built { verilog: format!("{FP32_VERILOG}{}{}", approx_verilog(), g.verilog()), latency: g.latency() as usize, muls, adds }
 }
 
-/// Register stages of the lane: operands before edge `t` give results after edge `t + vector_latency() - 1`.
+/// The full lane (`light` false) or the light one.
+fn built(light: bool) -> &'static Built {
+    static FULL: OnceLock<Built> = OnceLock::new();
+    static LIGHT: OnceLock<Built> = OnceLock::new();
+    if light {
+        LIGHT.get_or_init(|| build(false))
+    } else {
+        FULL.get_or_init(|| build(true))
+    }
+}
+
+/// Register stages of the lane (full or light): operands before edge `t` give results after edge
+/// `t + vector_latency() - 1`.
 pub fn vector_latency() -> usize {
-    built().latency
+    built(false).latency
 }
 
 /// FP32 operators in one lane: (multiplies, adds and subtracts).
 pub fn vector_operators() -> (usize, usize) {
-    (built().muls, built().adds)
+    (built(false).muls, built(false).adds)
+}
+
+/// FP32 operators in one light lane: (multiplies, adds and subtracts).
+pub fn light_vector_operators() -> (usize, usize) {
+    (built(true).muls, built(true).adds)
 }
 
 /// One vector lane (see the module docs). `op` is a [`LaneOp`] code (others give +0).
@@ -343,6 +363,15 @@ pub struct Vector {
     pub y0: Signal<Out, Bits<32>>,
     pub y1: Signal<Out, Bits<32>>,
     pipe: ModelState<VecDeque<(u32, u32)>>,
+    /// The light lane (no `rsqrt`, `rms_inv`).
+    light: ModelState<bool>,
+}
+
+impl Vector {
+    /// A light lane: `rsqrt` and `rms_inv` give +0 (see the module docs).
+    pub fn light() -> Self {
+        Vector { light: ModelState(true), ..Default::default() }
+    }
 }
 
 /// The lane's result for one op code and operands (bits): [`LaneOp::apply`], +0 for unknown codes.
@@ -365,13 +394,13 @@ impl Logic for Vector {
         if q.is_empty() {
             q.extend(std::iter::repeat_n((0, 0), vector_latency()));
         }
-        q.push_back(lane_result(
-            self.op.val().to_u8(),
-            self.a.val().to_u32(),
-            self.b.val().to_u32(),
-            self.c.val().to_u32(),
-            self.d.val().to_u32(),
-        ));
+        let op = self.op.val().to_u8();
+        let without = self.light.0 && matches!(LaneOp::from_code(op), Some(LaneOp::Rsqrt | LaneOp::RmsInv));
+        q.push_back(if without {
+            (0, 0)
+        } else {
+            lane_result(op, self.a.val().to_u32(), self.b.val().to_u32(), self.c.val().to_u32(), self.d.val().to_u32())
+        });
         q.pop_front();
         let (y0, y1) = q[0];
         self.y0.next = u64::from(y0).into();
@@ -382,13 +411,18 @@ impl Logic for Vector {
         self.y1.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(built().verilog.clone())
+        Verilog::Custom(built(self.light.0).verilog.clone())
     }
 }
 
 /// [`Vector`] ready to simulate or emit.
 pub fn vector_top() -> Vector {
     connect_top!(Vector::default(), clock, op, a, b, c, d)
+}
+
+/// The light lane ([`Vector::light`]) ready to simulate or emit.
+pub fn light_vector_top() -> Vector {
+    connect_top!(Vector::light(), clock, op, a, b, c, d)
 }
 
 /// Stimulus: an FP32 operand, FP16-derived (how the overlay stores activations; infinities, NaN and
@@ -413,6 +447,15 @@ pub fn random_operand(rng: &mut Rng) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_light_lane_is_the_full_one_without_rsqrt() {
+        let (full, light) = (built(false), built(true));
+        assert_eq!(light.latency, full.latency);
+        let (rm, ra) = (full.muls - light.muls, full.adds - light.adds);
+        assert_eq!((rm, ra), (6, 4), "rsqrt's operators");
+        assert!(!light.verilog.contains("vx_rsqrt_fix(v"), "the light lane computes no rsqrt");
+    }
 
     #[test]
     fn op_placeholders_are_opu_hw_lane_op_codes() {

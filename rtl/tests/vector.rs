@@ -13,7 +13,7 @@ use opu_rtl::fp32::{edge_values, fp32_top, Fp32, FpOp, FP32_UNIT_LATENCY};
 use opu_rtl::lane::acc_value;
 use opu_rtl::reduce::{reduce_top, softmax_latency, softmax_step, Reduce, SOFTMAX_II, SUMSQ_LATENCY};
 use opu_rtl::testing::Rng;
-use opu_rtl::vector::{lane_result, random_operand, vector_latency, vector_operators, vector_top, LaneOp, Vector};
+use opu_rtl::vector::{lane_result, random_operand, light_vector_operators, vector_latency, vector_operators, vector_top, LaneOp, Vector};
 use rust_hdl::prelude::*;
 use std::sync::{Arc, Mutex};
 
@@ -183,7 +183,7 @@ fn reduce_model_equals_opu_hw() {
 
 #[test]
 fn verilog_lints_clean() {
-    for unit in ["fp32", "vector", "reduce"] {
+    for unit in ["fp32", "vector", "vector_light", "reduce"] {
         let v = emit_verilog(unit).unwrap();
         lint(top_name(unit).unwrap(), &v);
     }
@@ -215,7 +215,12 @@ fn yosys_vector_and_reduce() {
     }
     let d = common::scratch("synth-vector");
     let (muls, _) = vector_operators();
-    for (unit, dsps) in [("vector", 2 * muls as u64 - 1), ("reduce", 2 * (2 * 7 - 1) + 2 + 2)] {
+    let (light_muls, _) = light_vector_operators();
+    for (unit, dsps) in [
+        ("vector", 2 * muls as u64 - 1),
+        ("vector_light", 2 * light_muls as u64 - 1),
+        ("reduce", 2 * (2 * 7 - 1) + 2 + 2),
+    ] {
         let r = opu_rtl::synth::synthesize(unit, &d).unwrap();
         eprintln!("{unit}: LUT {} FF {} DSP48E2 {} CARRY {} cells {:?}", r.lut, r.ff, r.dsp48e2, r.carry, r.cells);
         assert_eq!(r.dsp48e2, dsps, "{unit}: {r:?}");

@@ -581,7 +581,7 @@ impl AttentionUnit {
             pwb_idx: Default::default(),
             pwb_data: Default::default(),
             router: Default::default(),
-            reduce: Default::default(),
+            reduce: Reduce::softmax_only(),
             lane: Default::default(),
             slane: Default::default(),
             recip: Default::default(),

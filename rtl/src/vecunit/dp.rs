@@ -1,5 +1,6 @@
-//! The vector unit's datapath: [`VEC_LANES`] vector lanes (`opu_vector`, [`crate::vector`]) with the
-//! operand unpacking in front of them and the store side behind them, one scratchpad line per cycle.
+//! The vector unit's datapath: [`VEC_LANES`] vector lanes ([`crate::vector`]: the full `opu_vector` as lane 0,
+//! which computes `rmsnorm`'s `rms_inv`, the light `opu_vector_light` as the others) with the operand
+//! unpacking in front of them and the store side behind them, one scratchpad line per cycle.
 //!
 //! Stage 0 unpacks each operand bus into one FP32 value per lane ([`VectorDatapath`]'s `i_amode`,
 //! `i_bmode`, `i_cdmode`): FP32 words, FP16 halves (`opu_hw::numerics::fp16::f16_to_f32`, exact), the low or
@@ -97,41 +98,72 @@ function automatic [31:0] vx_key(input [31:0] x);
       vx_key = z[31] ? ~z : {1'b1, z[30:0]};
    end
 endfunction
-// {nf, term}: the square of x on the accumulator's 2^-32 grid, floored (WideAcc::add_scaled of
-// accumulate_square): sig^2 * 2^(2 exp + 32) with x = sig * 2^exp; past 2^78 units, or infinite or NaN: nf
-function automatic [96:0] vx_sq(input [31:0] x);
+// {nf, term}: the square of an FP32 x on the accumulator's 2^-32 grid, floored (WideAcc::add_scaled of
+// accumulate_square): sig^2 * 2^(2 e - 268), e the exponent field, sig the significand; past 2^78 units,
+// infinite or NaN: nf. Zero and subnormals give 0 (sig^2 < 2^46 at a shift of -266). A normal sig^2 has its
+// leading one at bit 46 or 47, so no leading-one search: with k = 2 e - 221 (the shift plus 47, always odd),
+// the term is 0 for k < 0 (e < 111), (sig^2 << k) >> 47 up to k = 77 (below 2^78), nf from k = 79 (e >= 150:
+// past 2^78 whichever bit leads).
+function automatic [79:0] vx_sq(input [31:0] x);
    reg [23:0] sig;
    reg [47:0] sq;
-   integer sh, bl, k;
+   reg [125:0] w;
+   reg [8:0] k;
    begin
-      sig = {(x[30:23] != 8'd0), x[22:0]};
+      sig = {1'b1, x[22:0]};
       sq = sig * sig;
-      sh = 2 * $signed({24'd0, (x[30:23] == 8'd0) ? 8'd1 : x[30:23]}) - 268;
-      bl = 0;
-      for (k = 0; k < 48; k = k + 1) if (sq[k]) bl = k + 1;
-      if (x[30:23] == 8'hFF) vx_sq = {1'b1, 96'd0};
-      else if (bl + sh > 78) vx_sq = {1'b1, 96'd0};
-      else if (sh >= 0) vx_sq = {1'b0, {48'd0, sq} << sh};
-      else vx_sq = {1'b0, {48'd0, sq} >> (-sh)};
+      k = {x[30:23], 1'b0} - 9'd221;
+      w = {78'd0, sq} << k[6:0];
+      if (x[30:23] == 8'hFF) vx_sq = {1'b1, 79'd0};
+      else if (x[30:23] < 8'd111) vx_sq = 80'd0;
+      else if (x[30:23] >= 8'd150) vx_sq = {1'b1, 79'd0};
+      else vx_sq = {1'b0, w[125:47]};
    end
 endfunction
-// {nf, sum}: the squares (vx_sq) of a 32-byte chunk's values as stored, 16 FP16 halves or (f32) 8 FP32 words,
-// those whose bit in `mask` is set, summed on the accumulator grid
+// the square of an FP16 h on the same grid, exact (vx_sq(vx_h2f(h)): h^2 < 2^32 never overflows):
+// sig^2 * 2^(2 E - 18) with sig the 11-bit significand, E the exponent field (1 for subnormals);
+// {nf, term}, nf for infinities and NaN
+function automatic [64:0] vx_sqh(input [15:0] h);
+   reg [10:0] sig;
+   reg [21:0] sq;
+   reg [79:0] w;
+   reg [5:0] j;
+   begin
+      sig = {h[14:10] != 5'd0, h[9:0]};
+      sq = sig * sig;
+      j = (h[14:10] == 5'd0) ? 6'd0 : {h[14:10], 1'b0} - 6'd2;
+      w = {58'd0, sq} << j;
+      vx_sqh = (h[14:10] == 5'h1F) ? {1'b1, 64'd0} : {1'b0, w[79:16]};
+   end
+endfunction
+// {nf, sum}: the squares of a 32-byte chunk's values as stored, 16 FP16 halves or (f32) 8 FP32 words,
+// those whose bit in `mask` is set, summed on the accumulator grid (each kind in its own adder tree: 8
+// terms below 2^79, 16 below 2^64)
 function automatic [96:0] vx_sqsum(input [255:0] ch, input f32, input [15:0] mask);
-   reg [96:0] t;
-   reg [95:0] sum;
-   reg nf;
+   reg [79:0] t;
+   reg [64:0] th;
+   reg [81:0] s32;
+   reg [67:0] s16;
+   reg nf32, nf16;
    integer k;
    begin
-      sum = 96'd0;
-      nf = 1'b0;
-      for (k = 0; k < 16; k = k + 1)
-         if (mask[k] && (!f32 || k < 8)) begin
-            t = vx_sq(f32 ? ch[32 * (k & 7) +: 32] : vx_h2f(ch[16 * k +: 16]));
-            sum = sum + t[95:0];
-            nf = nf | t[96];
+      s32 = 82'd0;
+      s16 = 68'd0;
+      nf32 = 1'b0;
+      nf16 = 1'b0;
+      for (k = 0; k < 8; k = k + 1)
+         if (mask[k]) begin
+            t = vx_sq(ch[32 * k +: 32]);
+            s32 = s32 + {3'd0, t[78:0]};
+            nf32 = nf32 | t[79];
          end
-      vx_sqsum = {nf, sum};
+      for (k = 0; k < 16; k = k + 1)
+         if (mask[k]) begin
+            th = vx_sqh(ch[16 * k +: 16]);
+            s16 = s16 + {4'd0, th[63:0]};
+            nf16 = nf16 | th[64];
+         end
+      vx_sqsum = f32 ? {nf32, 14'd0, s32} : {nf16, 28'd0, s16};
    end
 endfunction
 ";
@@ -235,9 +267,15 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
     wire [255:0] y0, y1;
     genvar g;
     generate
+        // lane 0 computes rms_inv (the only rsqrt the unit needs); the others are light lanes without rsqrt
         for (g = 0; g < {n}; g = g + 1) begin : lane
-            opu_vector vl(.clock(clock), .op(op0), .a(ua[32 * g +: 32]), .b(ub[32 * g +: 32]), .c(uc[32 * g +: 32]),
-                .d(ud[32 * g +: 32]), .y0(y0[32 * g +: 32]), .y1(y1[32 * g +: 32]));
+            if (g == 0) begin : full
+                opu_vector vl(.clock(clock), .op(op0), .a(ua[32 * g +: 32]), .b(ub[32 * g +: 32]),
+                    .c(uc[32 * g +: 32]), .d(ud[32 * g +: 32]), .y0(y0[32 * g +: 32]), .y1(y1[32 * g +: 32]));
+            end else begin : light
+                opu_vector_light vl(.clock(clock), .op(op0), .a(ua[32 * g +: 32]), .b(ub[32 * g +: 32]),
+                    .c(uc[32 * g +: 32]), .d(ud[32 * g +: 32]), .y0(y0[32 * g +: 32]), .y1(y1[32 * g +: 32]));
+            end
         end
     endgenerate
     // a ring of {l} entries: the entry written at an edge is read {lm1} edges later, beside the lane's result
@@ -395,8 +433,9 @@ opu_vector_dp dp(.clock(clock), .reset(reset), .i_valid(i_valid), .i_op(i_op), .
     }
 }
 
-/// The Verilog modules under the vector unit's datapath: the lane and `opu_vector_dp`.
+/// The Verilog modules under the vector unit's datapath: the full lane, the light lane and `opu_vector_dp`.
 pub fn dp_cores() -> Result<String, crate::emit::EmitError> {
     let lane = crate::emit::emit_verilog("vector")?;
-    Ok(format!("{lane}\n{}", dp_verilog()))
+    let light = crate::emit::emit_verilog("vector_light")?;
+    Ok(format!("{lane}\n{light}\n{}", dp_verilog()))
 }

@@ -69,17 +69,17 @@ pub(crate) struct Work {
 mod rtl {
     /// `matmul`'s six check cycles before the loader starts.
     pub const MATMUL_CHECK: u64 = 6;
-    /// After a token's last step, the weight feed's extra stage and the lane's pipeline (1 + 9 for W4Min,
-    /// 1 + 8 for W4 and W8) and the readout's before its first chunk, then the readout's cycles per chunk (a
+    /// After a token's last step, the weight feed's extra stage and the lane's pipeline (1 + 10 for W4Min,
+    /// 1 + 9 for W4 and W8) and the readout's before its first chunk, then the readout's cycles per chunk (a
     /// lane per cycle and its read, write and drain); a readout-bound group of short rows costs them all.
     pub const MATMUL_TAIL: u64 = 10;
-    pub const MATMUL_LANE_W4MIN: u64 = 10;
-    pub const MATMUL_LANE: u64 = 9;
+    pub const MATMUL_LANE_W4MIN: u64 = 11;
+    pub const MATMUL_LANE: u64 = 10;
     pub const MATMUL_CHUNK: u64 = 8;
     /// After a group's last step, its last token's capture and the next group's start (which does not
     /// wait for the readout), where the next group is in the ring already (one whose last beat comes later
     /// starts when it is loaded: `ready`). Fitted on groups that follow at the compute's pace.
-    pub const MATMUL_NEXT_GROUP: u64 = 23;
+    pub const MATMUL_NEXT_GROUP: u64 = 24;
     /// A token after the first of a group loses this many cycles to the readout's scratchpad accesses.
     pub const MATMUL_TOKEN_CONFLICT: u64 = 4;
     /// An early-issued `matmul`: the cycles between the issue of the last instruction it overlaps and its
