@@ -7,7 +7,7 @@
 /// of the name (`dsp_acc_w4x2` -> `opu_rtlsim::rtl::DspAccW4x2`), it joins `opu_rtlsim::rtl::UNITS` and
 /// `opu_rtlsim::rtl::instantiate`, and so the `rtl_bench` example.
 const UNITS: &[&str] =
-    &["dsp_w4x2", "dsp_acc_w4x2", "dsp_w4x3", "align", "lane", "array", "router", "round", "fp32", "vector", "reduce", "top"];
+    &["dsp_w4x2", "dsp_acc_w4x2", "dsp_w4x3", "align", "lane", "array", "router", "round", "sqsum", "fp32", "vector", "reduce", "top"];
 
 /// The unit's Verilog. On a thread with a large stack: big rust-hdl designs recurse deeply (and this build
 /// script's dependencies are compiled without optimization).

@@ -72,6 +72,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "a light vector lane (lanes 1 to 7 of the vector unit): the vector lane without rsqrt and rms_inv",
     ),
     (
+        "sqsum",
+        "opu_sqsum",
+        "the fused sum of squares of a 32-byte output chunk (vx_sqsum of the matrix and vector datapaths: 16 FP16 or 8 FP32 values onto the 2^-32 grid), registered",
+    ),
+    (
         "reduce",
         "opu_reduce",
         "reduction unit: sum of squares into a 96-bit accumulator (and its FP32 rounding), online-softmax state (max, c, p, l)",
@@ -266,6 +271,7 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         "fp32" => checked_verilog(&crate::fp32::fp32_top())?,
         "vector" => checked_verilog(&crate::vector::vector_top())?,
         "vector_light" => checked_verilog(&crate::vector::light_vector_top())?,
+        "sqsum" => checked_verilog(&crate::sqsum::sqsum_top())?,
         "reduce" => checked_verilog(&crate::reduce::reduce_top())?,
         "core" => checked_verilog(&crate::ctrl::core::core_top(cfg))?,
         "mmio" => checked_verilog(&crate::ctrl::mmio::mmio_top(cfg))?,

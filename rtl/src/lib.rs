@@ -58,6 +58,7 @@ pub mod red;
 pub mod round;
 pub mod router;
 pub mod spm;
+pub mod sqsum;
 pub mod synth;
 pub mod testing;
 pub mod top;

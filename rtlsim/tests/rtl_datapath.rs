@@ -16,7 +16,8 @@ mod models {
     use opu_rtl::testing::{RouterBeat, RouterJob};
     use opu_rtl::round::ROUND_LATENCY;
     use opu_rtl::testing::accumulator_values;
-    use opu_rtlsim::rtl::{Align, Array, Lane, Round, Router};
+    use opu_rtl::sqsum::chunk_sum_of_squares;
+    use opu_rtlsim::rtl::{Align, Array, Lane, Round, Router, Sqsum};
 
     const MODES: [WeightFormat; 3] = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
 
@@ -316,6 +317,78 @@ mod models {
         }
         assert!(skips * 5 > decisions, "router: only {skips} skips in {decisions} decisions");
         eprintln!("router: {products} products equal to opu-hw ({skips} skips in {decisions}), {} cycles", m.cycles());
+    }
+
+    /// The fused sum of squares (`vx_sqsum`, the matrix and vector datapaths' `red`) against opu-hw's
+    /// `accumulate_square` into a `WideAcc`: every FP16 value, every FP32 exponent (the sums' limits: a
+    /// square of 2^78 units or more is non-finite, exponent 149 is the last finite one for any significand,
+    /// below 111 a square floors to 0), and 10^6 chunks of random bits, values near those limits and random
+    /// masks. The sum is compared where it is finite (a non-finite sum's bits are unspecified).
+    #[test]
+    fn sqsum_equals_accumulate_square() {
+        let mut m = Sqsum::new();
+        let mut rng = Rng(0x5a_5e_0f_5a);
+        let mut chunks: Vec<([u8; 32], bool, u16)> = Vec::new();
+        for base in (0..=u16::MAX).step_by(16) {
+            let mut ch = [0u8; 32];
+            for k in 0..16 {
+                ch[2 * k..2 * k + 2].copy_from_slice(&(base + k as u16).to_le_bytes());
+            }
+            chunks.push((ch, false, 0xFFFF));
+        }
+        let f32_word = |rng: &mut Rng, e: u32| (rng.next_u64() as u32 & 0x807F_FFFF) | e << 23;
+        for e in 0..256u32 {
+            for _ in 0..64 {
+                let mut ch = [0u8; 32];
+                for k in 0..8 {
+                    let ek = if k == 0 { e } else { 100 + rng.below(60) as u32 };
+                    let w = f32_word(&mut rng, ek);
+                    ch[4 * k..4 * k + 4].copy_from_slice(&w.to_le_bytes());
+                }
+                chunks.push((ch, true, 1 + (rng.below(255) as u16)));
+            }
+        }
+        for _ in 0..1_000_000 {
+            let f32v = rng.below(2) == 0;
+            let mut ch = [0u8; 32];
+            for k in 0..8 {
+                let w = match rng.below(4) {
+                    0 => rng.next_u64() as u32,
+                    1 => {
+                        let e = 105 + rng.below(50) as u32;
+                        f32_word(&mut rng, e)
+                    }
+                    2 => {
+                        let e = 140 + rng.below(12) as u32;
+                        f32_word(&mut rng, e)
+                    }
+                    _ => rng.next_u64() as u32 & 0xBFFF_BFFF,
+                };
+                ch[4 * k..4 * k + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            let mask = if rng.below(4) == 0 { 0xFFFF } else { rng.next_u64() as u16 };
+            chunks.push((ch, f32v, mask));
+        }
+        let (mut finite, mut nonfinite) = (0u64, 0u64);
+        for c in &chunks {
+            let words: Vec<u32> = c.0.chunks(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+            m.set_ch_words(&words);
+            m.set_f32(c.1.into());
+            m.set_mask(c.2.into());
+            // one register stage: the chunk's sum is on the outputs after this edge
+            m.tick();
+            let want = chunk_sum_of_squares(&c.0, c.1, c.2);
+            let (sum, nf) = (m.sum(), m.nf() != 0);
+            assert_eq!(nf, want.nonfinite, "non-finite flag of {:02x?} f32 {} mask {:04x}", c.0, c.1, c.2);
+            if !nf {
+                assert_eq!(sum, want.fixed as u128 & ((1 << 96) - 1), "sum of {:02x?} f32 {} mask {:04x}", c.0, c.1, c.2);
+                finite += 1;
+            } else {
+                nonfinite += 1;
+            }
+        }
+        assert!(nonfinite > 10_000 && finite > 500_000, "finite {finite}, non-finite {nonfinite}");
+        eprintln!("sqsum: {} chunks equal to opu-hw ({finite} finite, {nonfinite} non-finite)", chunks.len());
     }
 
     /// The output stage on 10^6 accumulators (every magnitude, both signs, the FP16 edges, some non-finite)

@@ -1,0 +1,73 @@
+//! The fused sum of squares of a stored output chunk on its own (unit `sqsum`): `vx_sqsum`, the Verilog
+//! function of [`crate::vecunit::dp::VX_FUNCTIONS`] that the matrix datapath (`matmul` with `red`) and the
+//! vector datapath (`vop` with `red`) call, registered once, so that it can be tested against opu-hw
+//! ([`accumulate_square`] into a [`WideAcc`]) value by value, extremes included.
+//!
+//! Inputs: a 32-byte chunk `ch` as stored (16 FP16 halves, or with `f32` 8 FP32 words) and `mask` (bit `k`:
+//! value `k` takes part). Outputs, one edge later: the sum of the squares on the accumulator's 2^-32 grid and
+//! its non-finite flag (a non-finite value, or a square of 2^78 units or more; the sum's bits are then
+//! unspecified, as the accumulator's are).
+
+use crate::lane::{acc_bits, ModelState, ACC_BITS};
+use crate::vecunit::dp::VX_FUNCTIONS;
+use opu_hw::numerics::acc::WideAcc;
+use opu_hw::numerics::fp16::f16_to_f32;
+use opu_hw::numerics::vector::accumulate_square;
+use rust_hdl::prelude::*;
+
+/// The sum of the squares of `ch`'s values whose bit in `mask` is set, as opu-hw computes it.
+pub fn chunk_sum_of_squares(ch: &[u8; 32], f32_values: bool, mask: u16) -> WideAcc {
+    let mut acc = WideAcc::ZERO;
+    if f32_values {
+        for k in (0..8).filter(|k| mask >> k & 1 == 1) {
+            let w = u32::from_le_bytes(ch[4 * k..4 * k + 4].try_into().expect("4 bytes"));
+            accumulate_square(&mut acc, f32::from_bits(w));
+        }
+    } else {
+        for k in (0..16).filter(|k| mask >> k & 1 == 1) {
+            accumulate_square(&mut acc, f16_to_f32(u16::from_le_bytes([ch[2 * k], ch[2 * k + 1]])));
+        }
+    }
+    acc
+}
+
+/// `vx_sqsum` registered (see the module docs).
+#[derive(Clone, Debug, Default, LogicBlock)]
+pub struct SqSum {
+    pub clock: Signal<In, Clock>,
+    pub ch: Signal<In, Bits<256>>,
+    pub f32: Signal<In, Bit>,
+    pub mask: Signal<In, Bits<16>>,
+    pub sum: Signal<Out, Signed<ACC_BITS>>,
+    pub nf: Signal<Out, Bit>,
+    model: ModelState<()>,
+}
+
+impl Logic for SqSum {
+    fn update(&mut self) {
+        if !self.clock.pos_edge() {
+            return;
+        }
+        let v = self.ch.val();
+        let ch: [u8; 32] = std::array::from_fn(|k| v.get_bits::<8>(8 * k).to_u64() as u8);
+        let acc = chunk_sum_of_squares(&ch, self.f32.val(), self.mask.val().to_u64() as u16);
+        self.sum.next = acc_bits(acc.fixed);
+        self.nf.next = acc.nonfinite;
+    }
+    fn connect(&mut self) {
+        self.sum.connect();
+        self.nf.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!(
+            "{VX_FUNCTIONS}\
+always @(posedge clock) {{nf, sum}} <= vx_sqsum(ch, f32, mask);
+"
+        ))
+    }
+}
+
+/// [`SqSum`] ready to simulate or emit.
+pub fn sqsum_top() -> SqSum {
+    connect_top!(SqSum::default(), clock, ch, f32, mask)
+}
