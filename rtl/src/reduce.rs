@@ -73,73 +73,71 @@ fn built(sumsq: bool) -> &'static Built {
 }
 
 fn build(sumsq: bool) -> Built {
-    {
-        let mut g = Graph::new("r");
-        let s = g.signal("s1_score", 32, 1);
-        let mo = g.signal("s1_mo", 32, 1);
-        let mn = g.signal("s1_mn", 32, 1);
-        let eq = g.signal("s1_eq", 1, 1);
-        let start = g.signal("s1_start", 1, 1);
-        let row = g.signal("s1_row", ROW_BITS as u32, 1);
-        let d1 = g.sub(mo, mn);
-        let d2 = g.sub(s, mn);
-        let e1 = exp_graph(&mut g, d1);
-        let e2 = exp_graph(&mut g, d2);
-        let c = g.comb(32, true, &[eq, e1], "#0 ? 32'h3F800000 : #1");
-        g.output("g_c", c, true);
-        g.output("g_p", e2, true);
-        g.output("g_start", start, true);
-        g.output("g_m", mn, true);
-        g.output("g_row", row, true);
-        let t = g.latency() as usize;
-        let fb = t + SOFTMAX_II; // time of the fed-back l
-        let mut v = String::new();
-        v.push_str(FP32_VERILOG);
-        v.push_str(&approx_verilog());
-        v.push_str(if sumsq { SUMSQ_VERILOG } else { NO_SUMSQ_VERILOG });
-        v.push_str(
-            &STAGE0_VERILOG
-                .replace("@VB", &fb.to_string())
-                .replace("@II", &(SOFTMAX_II - 1).to_string())
-                .replace("@R1", &(SOFTMAX_ROWS - 1).to_string())
-                .replace("@ROWS", &SOFTMAX_ROWS.to_string()),
-        );
-        v.push_str(&g.verilog());
-        let delay = |v: &mut String, name: &str, src: &str, width: usize, n: usize| {
-            let regs: Vec<String> = (1..=n).map(|k| format!("{name}{k}")).collect();
-            let _ = writeln!(v, "reg [{}:0] {};", width - 1, regs.join(", "));
-            let _ = write!(v, "always @(posedge clock) begin\n   {name}1 <= {src};\n");
-            for k in 2..=n {
-                let _ = writeln!(v, "   {name}{k} <= {name}{};", k - 1);
-            }
-            v.push_str("end\n");
-        };
-        delay(&mut v, "sl_p", "g_p", 32, SOFTMAX_II);
-        delay(&mut v, "sl_c", "g_c", 32, SOFTMAX_II);
-        delay(&mut v, "sl_m", "g_m", 32, SOFTMAX_II);
-        delay(&mut v, "sl_row", "g_row", ROW_BITS, SOFTMAX_II);
-        // The l recurrence: l_in = start ? 0 : the row's l (forwarded when the row's previous score is
-        // finishing right now, SOFTMAX_II cycles ahead).
-        let _ = writeln!(
-            v,
-            "wire [31:0] sl_lin;\nassign sl_lin = g_start ? 32'd0 : (smv[{fb}] && sl_row{ii} == g_row) ? sl_ln : sm_lreg[g_row];",
-            ii = SOFTMAX_II
-        );
-        v.push_str(&fp_op_verilog(FpOp::Mul, "sl_lc", "sl_lin", "g_c"));
-        v.push_str(&fp_op_verilog(FpOp::Add, "sl_ln", "sl_lc", &format!("sl_p{FMUL_LATENCY}")));
-        let _ = write!(
-            v,
-            "always @(posedge clock) begin\n   \
-             if (smv[{fb}]) begin\n      \
-             sm_lreg[sl_row{ii}] <= sl_ln;\n      sm_l <= sl_ln;\n      sm_c <= sl_c{ii};\n      sm_p <= sl_p{ii};\n      \
-             sm_m <= sl_m{ii};\n      sm_out_row <= sl_row{ii};\n   \
-             end\n   \
-             sm_out <= smv[{fb}];\n\
-             end\n",
-            ii = SOFTMAX_II
-        );
-        Built { verilog: v, softmax_latency: fb + 1 }
-    }
+    let mut g = Graph::new("r");
+    let s = g.signal("s1_score", 32, 1);
+    let mo = g.signal("s1_mo", 32, 1);
+    let mn = g.signal("s1_mn", 32, 1);
+    let eq = g.signal("s1_eq", 1, 1);
+    let start = g.signal("s1_start", 1, 1);
+    let row = g.signal("s1_row", ROW_BITS as u32, 1);
+    let d1 = g.sub(mo, mn);
+    let d2 = g.sub(s, mn);
+    let e1 = exp_graph(&mut g, d1);
+    let e2 = exp_graph(&mut g, d2);
+    let c = g.comb(32, true, &[eq, e1], "#0 ? 32'h3F800000 : #1");
+    g.output("g_c", c, true);
+    g.output("g_p", e2, true);
+    g.output("g_start", start, true);
+    g.output("g_m", mn, true);
+    g.output("g_row", row, true);
+    let t = g.latency() as usize;
+    let fb = t + SOFTMAX_II; // time of the fed-back l
+    let mut v = String::new();
+    v.push_str(FP32_VERILOG);
+    v.push_str(&approx_verilog());
+    v.push_str(if sumsq { SUMSQ_VERILOG } else { NO_SUMSQ_VERILOG });
+    v.push_str(
+        &STAGE0_VERILOG
+            .replace("@VB", &fb.to_string())
+            .replace("@II", &(SOFTMAX_II - 1).to_string())
+            .replace("@R1", &(SOFTMAX_ROWS - 1).to_string())
+            .replace("@ROWS", &SOFTMAX_ROWS.to_string()),
+    );
+    v.push_str(&g.verilog());
+    let delay = |v: &mut String, name: &str, src: &str, width: usize, n: usize| {
+        let regs: Vec<String> = (1..=n).map(|k| format!("{name}{k}")).collect();
+        let _ = writeln!(v, "reg [{}:0] {};", width - 1, regs.join(", "));
+        let _ = write!(v, "always @(posedge clock) begin\n   {name}1 <= {src};\n");
+        for k in 2..=n {
+            let _ = writeln!(v, "   {name}{k} <= {name}{};", k - 1);
+        }
+        v.push_str("end\n");
+    };
+    delay(&mut v, "sl_p", "g_p", 32, SOFTMAX_II);
+    delay(&mut v, "sl_c", "g_c", 32, SOFTMAX_II);
+    delay(&mut v, "sl_m", "g_m", 32, SOFTMAX_II);
+    delay(&mut v, "sl_row", "g_row", ROW_BITS, SOFTMAX_II);
+    // The l recurrence: l_in = start ? 0 : the row's l (forwarded when the row's previous score is
+    // finishing right now, SOFTMAX_II cycles ahead).
+    let _ = writeln!(
+        v,
+        "wire [31:0] sl_lin;\nassign sl_lin = g_start ? 32'd0 : (smv[{fb}] && sl_row{ii} == g_row) ? sl_ln : sm_lreg[g_row];",
+        ii = SOFTMAX_II
+    );
+    v.push_str(&fp_op_verilog(FpOp::Mul, "sl_lc", "sl_lin", "g_c"));
+    v.push_str(&fp_op_verilog(FpOp::Add, "sl_ln", "sl_lc", &format!("sl_p{FMUL_LATENCY}")));
+    let _ = write!(
+        v,
+        "always @(posedge clock) begin\n   \
+         if (smv[{fb}]) begin\n      \
+         sm_lreg[sl_row{ii}] <= sl_ln;\n      sm_l <= sl_ln;\n      sm_c <= sl_c{ii};\n      sm_p <= sl_p{ii};\n      \
+         sm_m <= sl_m{ii};\n      sm_out_row <= sl_row{ii};\n   \
+         end\n   \
+         sm_out <= smv[{fb}];\n\
+         end\n",
+        ii = SOFTMAX_II
+    );
+    Built { verilog: v, softmax_latency: fb + 1 }
 }
 
 /// Register stages of the online softmax: a score taken at edge `t` has its outputs after edge
