@@ -18,6 +18,7 @@ use crate::quantize::{self, QuantMatrix, TensorReport};
 use crate::routers::{Block, Routers};
 use opu_hw::container::{Container, ContainerError, MemoryLayout};
 use opu_hw::isa::{Csr, F32Bits, Instr, Pred, RedMode, Reg, RopeStyle, LINE_BYTES, SPM_WORD_BYTES};
+use opu_hw::weight_layout::WeightLayout;
 use opu_hw::numerics::fp16::{f16_to_f32, f32_to_f16};
 use opu_hw::numerics::vector::{rope_table_row, DType, VecOp};
 use opu_hw::numerics::WeightFormat;
@@ -187,6 +188,8 @@ struct Layout {
     layers: Vec<LayerAddrs>,
     trace: Option<u64>,
     trace_layer_bytes: u64,
+    /// The overlay's PE lanes: the matrices' layout.
+    pe_lanes: u32,
 }
 
 /// Scratchpad buffers (word addresses) for a pass of `b` tokens.
@@ -310,7 +313,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     let ids = plan.place("ids", "io", line_up(batch as u64 * 4));
     let logits_row_bytes = line_up(cfg.vocab as u64 * 4);
     let logits = plan.place("logits", "io", logits_row_bytes * batch as u64);
-    let mut image = Image { plan, data: Vec::new() };
+    let mut image = Image { plan, data: Vec::new(), pe_lanes: config.pe_lanes };
     let mut layers = Vec::with_capacity(cfg.n_layer);
     let kv_row = (hkv * hd * 2) as u64;
     for (l, mats) in layer_mats.into_iter().enumerate() {
@@ -320,14 +323,15 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         let [wq, wk, wv, wo, w_gate, w_up, w_down] = mats;
         // q, k and v, and gate and up, back to back where they can be (`Image::put_matrix_after`): one `matmul`
         // then streams them as one matrix
+        let (q_rows, k_rows, gate_rows) = (wq.rows, wk.rows, w_gate.rows);
         let (q_at, k_at, v_at) = {
             let q = image.put_matrix(wq);
-            let k = image.put_matrix_after(wk, q);
-            (q, k, image.put_matrix_after(wv, k))
+            let k = image.put_matrix_after(wk, q, q_rows);
+            (q, k, image.put_matrix_after(wv, k, k_rows))
         };
         let o_at = image.put_matrix(wo);
         let gate_at = image.put_matrix(w_gate);
-        let up_at = image.put_matrix_after(w_up, gate_at);
+        let up_at = image.put_matrix_after(w_up, gate_at, gate_rows);
         let down_at = image.put_matrix(w_down);
         layers.push(LayerAddrs {
             attn_norm,
@@ -369,7 +373,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         }
     }
     let rope_addr = image.put("rope", "table", rope);
-    let Image { mut plan, data } = image;
+    let Image { mut plan, data, .. } = image;
     let weight_bytes: u64 = data.iter().filter(|(n, _, _)| n.ends_with(".weight") && !n.contains("norm")).map(|(_, _, d)| d.len() as u64).sum();
     let mut bss = Vec::new();
     let mut kv_index = None;
@@ -424,6 +428,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         layers,
         trace,
         trace_layer_bytes,
+        pe_lanes: config.pe_lanes,
     };
 
     // Programs.
@@ -440,7 +445,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     if next_code > code_addr + (4 << 20) {
         return Err(fits("the programs exceed the 4 MiB code region".into()));
     }
-    let decode_bytes_static = static_bytes(&programs[0]);
+    let decode_bytes_static = static_bytes(&programs[0], config.pe_lanes);
     let meta = ProgramMeta {
         kind: "opu-llama-v1".into(),
         model: g.get_str("general.name").unwrap_or("llama").to_string(),
@@ -492,6 +497,8 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
 struct Image {
     plan: DevicePlan,
     data: Vec<(String, u64, Vec<u8>)>,
+    /// The overlay's PE lanes: the matrices' layout (`opu_hw::weight_layout`).
+    pe_lanes: u32,
 }
 
 impl Image {
@@ -500,23 +507,33 @@ impl Image {
         self.data.push((name.to_string(), addr, bytes));
         addr
     }
-    /// Places a matrix; returns its address and format, and its end.
+    /// The matrix's bytes as the matrix unit reads them: interleaved by lane (docs/isa.md, `matmul`).
+    fn lay_out(&self, m: &QuantMatrix) -> Vec<u8> {
+        WeightLayout::for_lanes(self.pe_lanes, m.format.row_bytes(m.cols).expect("validated")).interleave(&m.bytes)
+    }
+    /// Places a matrix (at 4 KiB, a multiple of the layout's alignment, `16 x pe_lanes` bytes, for up to
+    /// 256 lanes); returns its address and format, and its end.
     fn put_matrix(&mut self, m: QuantMatrix) -> ((u64, WeightFormat), u64) {
-        let bytes = m.bytes.len() as u64;
-        let at = self.put(&m.name, "weights", m.bytes);
-        ((at, m.format), at + bytes)
+        let bytes = self.lay_out(&m);
+        let len = bytes.len() as u64;
+        let at = self.put(&m.name, "weights", bytes);
+        debug_assert!(at.is_multiple_of(WeightLayout::align_for_lanes(self.pe_lanes)));
+        ((at, m.format), at + len)
     }
     /// Places a matrix right after the one placed before it (`prev`, as [`Image::put_matrix`] returned it),
-    /// with no gap, where they have the same format and that one ends on a line: one `matmul` can then take
-    /// the two as one matrix of their rows. Elsewhere like `put_matrix`.
-    fn put_matrix_after(&mut self, m: QuantMatrix, ((_, fmt), end): ((u64, WeightFormat), u64)) -> ((u64, WeightFormat), u64) {
-        if m.format != fmt || end % LINE_BYTES != 0 || self.plan.end() != end {
+    /// with no gap, where they have the same format and that one has whole row groups (`2 x pe_lanes`
+    /// rows): one `matmul` can then take the two as one matrix of their rows (a group boundary starts a
+    /// matrix of the layout). Elsewhere like `put_matrix`.
+    fn put_matrix_after(&mut self, m: QuantMatrix, prev: ((u64, WeightFormat), u64), prev_rows: usize) -> ((u64, WeightFormat), u64) {
+        let ((_, fmt), end) = prev;
+        if m.format != fmt || !prev_rows.is_multiple_of(2 * self.pe_lanes as usize) || self.plan.end() != end {
             return self.put_matrix(m);
         }
-        let bytes = m.bytes.len() as u64;
-        let at = self.plan.place_at_end(&m.name, "weights", bytes);
-        self.data.push((m.name, at, m.bytes));
-        ((at, m.format), at + bytes)
+        let bytes = self.lay_out(&m);
+        let len = bytes.len() as u64;
+        let at = self.plan.place_at_end(&m.name, "weights", len);
+        self.data.push((m.name, at, bytes));
+        ((at, m.format), at + len)
     }
 }
 
@@ -544,10 +561,12 @@ fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize) -> Option<Sp
     bufs.k = bufs.q + row(cfg.n_embd, 2) / SPM_WORD_BYTES;
     bufs.v = bufs.k + row(kv, 2) / SPM_WORD_BYTES;
     bufs.up = bufs.gate + row(cfg.n_ff, 2) / SPM_WORD_BYTES;
-    // The output projection in chunks of rows that fit what is left (a multiple of 32 rows keeps every
-    // chunk's weights line-aligned; at most 16352 so a logits row fits `store2d`'s 16-bit row length).
-    let free_rows = (s.free() as usize / (b * 4)).min(16352).min(cfg.vocab.div_ceil(32) * 32);
-    let chunk_rows = free_rows / 32 * 32;
+    // The output projection in chunks of rows that fit what is left: whole row groups of the matrix unit
+    // (each chunk's weights are a matrix of the layout) and a multiple of 32 rows (each chunk's logits
+    // start on a line); at most 16352 so a logits row fits `store2d`'s 16-bit row length.
+    let grain = lcm(32, 2 * config.pe_lanes as usize);
+    let free_rows = (s.free() as usize / (b * 4)).min(16352).min(cfg.vocab.div_ceil(grain) * grain);
+    let chunk_rows = free_rows / grain * grain;
     if chunk_rows == 0 {
         return None;
     }
@@ -556,10 +575,12 @@ fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize) -> Option<Sp
     Some(bufs)
 }
 
-/// Whether matrix `next` lies right after `first` (`rows` x `cols`) in the same format: one `matmul` of
-/// their rows together reads both.
-fn follows(first: (u64, WeightFormat), rows: usize, cols: usize, next: (u64, WeightFormat)) -> bool {
-    first.1 == next.1 && first.1.row_bytes(cols).is_some_and(|rb| first.0 + (rows * rb) as u64 == next.0)
+/// Whether matrix `next` lies right after `first` (`rows` x `cols`, whole row groups) in the same format:
+/// one `matmul` of their rows together reads both.
+fn follows(pe_lanes: u32, first: (u64, WeightFormat), rows: usize, cols: usize, next: (u64, WeightFormat)) -> bool {
+    first.1 == next.1
+        && rows.is_multiple_of(2 * pe_lanes as usize)
+        && first.1.row_bytes(cols).is_some_and(|rb| first.0 + WeightLayout::for_lanes(pe_lanes, rb).matrix_bytes(rows as u64) == next.0)
 }
 
 /// Emits one pass of `b` tokens.
@@ -637,7 +658,7 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // end once.
         // (a `matmul` has at most 65,535 rows, a `rope` 255 heads)
         let one_row = b == 1;
-        if one_row && e + 2 * kv <= usize::from(u16::MAX) && follows(la.wq, e, e, la.wk) && follows(la.wk, kv, e, la.wv) {
+        if one_row && e + 2 * kv <= usize::from(u16::MAX) && follows(lay.pe_lanes, la.wq, e, e, la.wk) && follows(lay.pe_lanes, la.wk, kv, e, la.wv) {
             mm(&mut blk, la.wq, s.q, s.xn, e + 2 * kv, e, false, RedMode::None, DType::F16);
         } else {
             mm(&mut blk, la.wq, s.q, s.xn, e, e, false, RedMode::None, DType::F16);
@@ -679,7 +700,7 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // FFN block.
         let mut blk = Vec::new();
         rmsnorm(&mut blk, la.ffn_norm);
-        if b == 1 && 2 * f <= usize::from(u16::MAX) && follows(la.w_gate, f, e, la.w_up) {
+        if b == 1 && 2 * f <= usize::from(u16::MAX) && follows(lay.pe_lanes, la.w_gate, f, e, la.w_up) {
             mm(&mut blk, la.w_gate, s.gate, s.xn, 2 * f, e, false, RedMode::None, DType::F16);
         } else {
             mm(&mut blk, la.w_gate, s.gate, s.xn, f, e, false, RedMode::None, DType::F16);
@@ -696,11 +717,12 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
     // Final norm and the output projection, in chunks of rows, each stored as FP32 logits.
     rmsnorm(&mut p, lay.out_norm);
     let (out_addr, out_fmt) = lay.output;
-    let out_row_bytes = out_fmt.row_bytes(e).expect("validated") as u64;
+    // (chunks of whole row groups: each chunk's rows are a matrix of the layout from its first group on)
+    let out_layout = WeightLayout::for_lanes(lay.pe_lanes, out_fmt.row_bytes(e).expect("validated"));
     let mut row0 = 0;
     while row0 < cfg.vocab {
         let rows = s.chunk_rows.min(cfg.vocab - row0);
-        mm(&mut p, (out_addr + row0 as u64 * out_row_bytes, out_fmt), s.logits, s.xn, rows, e, false, RedMode::None, DType::F32);
+        mm(&mut p, (out_addr + out_layout.matrix_bytes(row0 as u64), out_fmt), s.logits, s.xn, rows, e, false, RedMode::None, DType::F32);
         p.push(Instr::Store2d {
             spm: s.logits,
             mem: line(lay.logits + row0 as u64 * 4),
@@ -715,12 +737,26 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
     p
 }
 
-/// Device-memory bytes a program moves, apart from attention's K/V reads (which grow with the position).
-pub fn static_bytes(program: &[Instr]) -> u64 {
+/// Least common multiple.
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    a / gcd(a, b) * b
+}
+
+/// Device-memory bytes a program for an overlay of `pe_lanes` PE lanes moves, apart from attention's K/V
+/// reads (which grow with the position).
+pub fn static_bytes(program: &[Instr], pe_lanes: u32) -> u64 {
     program
         .iter()
         .map(|i| match *i {
-            Instr::Matmul { fmt, rows, cols, .. } => u64::from(rows) * fmt.row_bytes(cols as usize).unwrap_or(0) as u64,
+            Instr::Matmul { fmt, rows, cols, .. } => fmt
+                .row_bytes(cols as usize)
+                .map_or(0, |rb| WeightLayout::for_lanes(pe_lanes, rb).matrix_bytes(u64::from(rows))),
             Instr::Load { bytes, .. } | Instr::Store { bytes, .. } => u64::from(bytes),
             Instr::Load2d { row_bytes, rows, .. } | Instr::Store2d { row_bytes, rows, .. } => u64::from(row_bytes) * u64::from(rows),
             // with every block executed (skipped blocks move less)

@@ -1182,6 +1182,11 @@ fn print_design_report(r: &opu_rtl::synth::DesignReport) {
 fn inspect(input: &Path, json: bool) -> Result<()> {
     let c = Container::read(input)?;
     let meta: Option<opu_compiler::ProgramMeta> = c.meta()?.and_then(|m| serde_json::from_value(m).ok());
+    let lanes = OverlayConfig::PRESETS
+        .iter()
+        .filter_map(|n| OverlayConfig::preset(n).ok())
+        .find(|cfg| cfg.hash() == c.config_hash)
+        .map(|cfg| cfg.pe_lanes);
     let mut entries = Vec::new();
     for s in c.sections.iter().filter(|s| s.kind == SectionKind::Code) {
         let p = isa::decode_program(&s.data).with_context(|| format!("{}: code section `{}`", input.display(), s.name))?;
@@ -1190,7 +1195,8 @@ fn inspect(input: &Path, json: bool) -> Result<()> {
             "device_addr": s.device_addr,
             "instructions": p.len(),
             "by_class": opu_compiler::lower::count_by_class(&p),
-            "static_bytes_moved": opu_compiler::lower::static_bytes(&p),
+            // (the weights' layout depends on the overlay's lanes: known for a preset's programs)
+            "static_bytes_moved": lanes.map(|l| opu_compiler::lower::static_bytes(&p, l)),
         }));
     }
     let sections: Vec<serde_json::Value> = c

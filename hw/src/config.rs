@@ -305,16 +305,6 @@ impl OverlayConfig {
         self.weight_fifo_bytes / (2 * 2 * self.pe_lanes * 32)
     }
 
-    /// Positions (64-byte beats) one row group of `row_bytes`-byte rows takes in a lane's slot of the weight
-    /// buffer, which the matrix unit runs as a ring of `2 x weight_row_lines` beats per lane: the most beats
-    /// a lane's two rows (`2 x row_bytes` bytes back to back) touch, wherever in a beat they start (at an even
-    /// byte, 0 to 62: every block format's rows and blocks lie at even bytes; rtl `matrix::feed`). At most
-    /// `weight_row_lines` for a row the buffer takes ([`OverlayConfig::max_matmul_row_bytes`]), so that two
-    /// groups fit.
-    pub fn weight_group_beats(row_bytes: u32) -> u32 {
-        (2 * row_bytes.max(1) + 125) / 64
-    }
-
     /// Row groups of `row_bytes`-byte rows the weight buffer holds at once: as many as the ring has room
     /// for, at most [`WEIGHT_GROUP_ENTRIES`] (the matrix unit's table of loaded groups); at least 2 for a row
     /// the buffer takes. The loader streams group `g` once group `g - this` has been computed.
@@ -322,18 +312,20 @@ impl OverlayConfig {
         Self::weight_groups_in_ring(self.weight_row_lines(), row_bytes)
     }
 
-    /// [`OverlayConfig::weight_groups_in_buffer`] for row slots of `row_lines` lines (lane rings of
-    /// `2 x row_lines` beats).
+    /// [`OverlayConfig::weight_groups_in_buffer`] for row slots of `row_lines` lines: a lane's ring of
+    /// `2 x row_lines` beats holds `8 x row_lines` 16-byte units, a group takes the lane's share of it
+    /// (`weight_layout::WeightLayout::lane_units`, its two rows).
     pub fn weight_groups_in_ring(row_lines: u32, row_bytes: u32) -> u32 {
-        (2 * row_lines / Self::weight_group_beats(row_bytes)).clamp(1, WEIGHT_GROUP_ENTRIES)
+        let units = crate::weight_layout::WeightLayout::for_lanes(1, row_bytes.max(1) as usize).lane_units();
+        (u64::from(8 * row_lines) / units).clamp(1, u64::from(WEIGHT_GROUP_ENTRIES)) as u32
     }
 
-    /// The longest `matmul` row, bytes, that a row slot holds wherever in a line the row starts (a row of
-    /// `32 (lines - 2)` bytes spans at most `lines` lines), and at most 65472 (the matrix unit's 16-bit row
-    /// length). A longer row traps `BAD_OPERAND`: 1,984 bytes at `sim` (W4Min up to 3,168 columns, W8 up
-    /// to 1,856), 8,128 at `u280` (W4Min up to 12,992, W8 up to 7,648).
+    /// The longest `matmul` row, bytes: a lane's ring holds two groups of it (a lane's two rows each), and at
+    /// most 65,472 (the matrix unit's 16-bit row length). A longer row traps `BAD_OPERAND`: 2,048 bytes at
+    /// `sim` (W4Min up to 3,264 columns, W8 up to 1,920), 8,192 at `u280` (W4Min up to 13,088, W8 up to
+    /// 7,680).
     pub fn max_matmul_row_bytes(&self) -> u32 {
-        (32 * self.weight_row_lines().saturating_sub(2)).min(65472)
+        (32 * self.weight_row_lines()).min(65472)
     }
 
     /// Bytes of the on-chip KV history buffer (K and V, FP16).
@@ -364,28 +356,23 @@ mod tests {
 
     #[test]
     fn weight_groups_fit_the_ring() {
+        use crate::weight_layout::WeightLayout;
         for c in [OverlayConfig::sim(), OverlayConfig::u280()] {
-            let ring = 2 * c.weight_row_lines();
+            let ring = 8 * u64::from(c.weight_row_lines());
             for rb in (2..=c.max_matmul_row_bytes()).step_by(2) {
-                let span = OverlayConfig::weight_group_beats(rb);
-                // every even start byte in a beat: the lane's two rows fit its span
-                for x in (0..64).step_by(2) {
-                    assert!((x + 2 * rb - 1) / 64 + 1 <= span, "{} rb {rb} x {x}", c.name);
-                }
-                assert!(span <= c.weight_row_lines(), "{} rb {rb}", c.name);
+                let units = WeightLayout::new(&c, rb as usize).lane_units();
                 let k = c.weight_groups_in_buffer(rb);
-                assert!(k >= 2 && k * span <= ring && k <= WEIGHT_GROUP_ENTRIES, "{} rb {rb}", c.name);
+                assert!(k >= 2 && u64::from(k) * units <= ring && k <= WEIGHT_GROUP_ENTRIES, "{} rb {rb}", c.name);
             }
         }
-        // SmolLM2's rows at `sim` (lane rings of 128 beats): 576 W4Min columns (360 bytes) 13 beats, 8 groups
-        // at once (the table's entries; the ring has room for 9); 1,536 W4Min (960) 31 beats, 4; 576 W8 (612)
-        // 21 beats, 6; Llama-7B's at `u280` (rings of 512): 4,096 W4Min (2,560) 81 beats, 6; 11,008 W4Min
-        // (6,880) 216 beats, 2
+        // SmolLM2's rows at `sim` (lane rings of 512 units): 576 W4Min columns (360 bytes) 45 units, 8 groups
+        // at once (the table's entries; the ring has room for 11); 1,536 W4Min (960) 120 units, 4; 576 W8 (612)
+        // 77 units, 6; Llama-7B's at `u280` (rings of 2,048): 4,096 W4Min (2,560) 320 units, 6; 11,008 W4Min
+        // (6,880) 860 units, 2
         let (s, u) = (OverlayConfig::sim(), OverlayConfig::u280());
-        assert_eq!([360, 960, 612].map(OverlayConfig::weight_group_beats), [13, 31, 21]);
         assert_eq!([360, 960, 612].map(|rb| s.weight_groups_in_buffer(rb)), [8, 4, 6]);
-        assert_eq!([2560, 6880].map(OverlayConfig::weight_group_beats), [81, 216]);
         assert_eq!([2560, 6880].map(|rb| u.weight_groups_in_buffer(rb)), [6, 2]);
+        assert_eq!((s.max_matmul_row_bytes(), u.max_matmul_row_bytes()), (2048, 8192));
     }
 
     #[test]

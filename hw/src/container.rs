@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 pub const MAGIC: [u8; 8] = *b"OPUPROG\0";
-pub const VERSION_MAJOR: u16 = 1;
+/// 2: `matmul` weights interleaved by lane (`weight_layout`); a 1.x program's weights lie row after row.
+pub const VERSION_MAJOR: u16 = 2;
 pub const VERSION_MINOR: u16 = 0;
 pub const HEADER_BYTES: usize = 64;
 pub const ENTRY_BYTES: usize = 64;
@@ -106,7 +107,7 @@ pub enum ContainerError {
     TooShort { len: usize, need: usize },
     #[error("not an OPU program: magic is {found:02x?}, expected \"OPUPROG\\0\"")]
     BadMagic { found: [u8; 8] },
-    #[error("container format version {major}.{minor} is not supported (this build reads {VERSION_MAJOR}.x)")]
+    #[error("container format version {major}.{minor} is not supported (this build reads {VERSION_MAJOR}.x): recompile the model with this `opu compile`")]
     UnsupportedVersion { major: u16, minor: u16 },
     #[error("header field `{field}` = {value}, expected {expected}")]
     BadHeader { field: &'static str, value: u64, expected: String },
@@ -484,10 +485,14 @@ mod tests {
         let e = Container::from_bytes(&b).unwrap_err();
         assert!(matches!(e, ContainerError::SectionChecksum { index: 1, .. }), "{e}");
         assert!(e.to_string().contains("`weights`") && e.to_string().contains("corrupted"));
-        // A newer major version.
-        let mut b = bytes.clone();
-        b[8] = 2;
-        assert!(matches!(Container::from_bytes(&b), Err(ContainerError::UnsupportedVersion { major: 2, .. })));
+        // A newer major version, and an older one (1.x: row-major weights).
+        for major in [VERSION_MAJOR + 1, 1] {
+            let mut b = bytes.clone();
+            b[8..10].copy_from_slice(&major.to_le_bytes());
+            let e = Container::from_bytes(&b).unwrap_err();
+            assert!(matches!(e, ContainerError::UnsupportedVersion { major: m, .. } if m == major), "{e}");
+            assert!(e.to_string().contains("recompile"), "{e}");
+        }
         // A section count that points past the file (checked before the checksum, so no panic).
         let mut b = bytes;
         b[24..28].copy_from_slice(&u32::MAX.to_le_bytes());

@@ -5,6 +5,7 @@
 //! - [`regs`]: the MMIO register map.
 //! - [`container`]: the program container (what the compiler writes and the runtime loads).
 //! - [`numerics`]: every datapath operation as a bit-exact Rust function.
+//! - [`weight_layout`]: how a `matmul` matrix lies in device memory (interleaved by PE lane).
 //! - [`device`]: the `Device` trait that simulators, the emulated card and the PCIe driver implement.
 //!
 //! Nothing here depends on another OPU crate; everything else depends on this.
@@ -15,6 +16,7 @@ pub mod device;
 pub mod hash;
 pub mod isa;
 pub mod numerics;
+pub mod weight_layout;
 pub mod regs;
 
 pub use config::{ConfigError, OverlayConfig};

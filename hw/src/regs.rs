@@ -50,7 +50,8 @@ pub const MAP_BYTES: u32 = 0x1000;
 /// Value of the `ID` register: "OPU1" in ASCII.
 pub const ID_VALUE: u32 = 0x4F50_5531;
 /// Register-map / ISA version: major in bits 31:16, minor in 15:0.
-pub const VERSION_VALUE: u32 = 1 << 16;
+/// 2.0: `matmul` weights lie interleaved by lane (`weight_layout`); 1.0 had them row after row.
+pub const VERSION_VALUE: u32 = 2 << 16;
 /// Number of argument registers; `ARGn` initializes scalar register `r(8+n)` at the doorbell.
 pub const NUM_ARGS: u32 = 8;
 /// `WATCHDOG` after reset: 2^24 cycles (75 ms at 225 MHz) without progress.
@@ -117,7 +118,7 @@ macro_rules! reg {
 /// The whole map, in offset order.
 pub const REGISTERS: &[Register] = &[
     reg!("ID", ID, Ro, "0x4F505531 (\"OPU1\"): identifies an OPU overlay"),
-    reg!("VERSION", VERSION, Ro, "register map / ISA version: major in 31:16, minor in 15:0 (1.0)"),
+    reg!("VERSION", VERSION, Ro, "register map / ISA version: major in 31:16, minor in 15:0 (2.0)"),
     reg!("CONFIG_HASH_LO", CONFIG_HASH_LO, Ro, "low word of the overlay config hash (OverlayConfig::hash)"),
     reg!("CONFIG_HASH_HI", CONFIG_HASH_HI, Ro, "high word of the overlay config hash"),
     reg!("CONTROL", CONTROL, Rw, "bit 0 IRQ_ENABLE; bit 1 SOFT_RESET (self-clearing: aborts a run, clears status, counters, errors)"),

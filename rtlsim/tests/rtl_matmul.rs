@@ -13,6 +13,8 @@ use opu_hw::device::Device;
 use opu_hw::isa::{assemble, encode_program};
 use opu_hw::regs;
 use opu_hw::numerics::{WeightFormat, BLOCK};
+use opu_hw::weight_layout::WeightLayout;
+use opu_hw::OverlayConfig;
 use opu_rtl::testing::{act_block, weight_block, ActKind, Rng};
 /// Where the tests put the activations, the weights and the old outputs in device memory.
 const ACTS: u64 = 0x100;
@@ -37,8 +39,8 @@ struct Case {
     cols: u32,
     /// The fused reduction: 0 none, 1 `set`, 2 `set` then the same `matmul` again with `add`.
     red: u8,
-    /// The weights' byte offset from WEIGHTS: 0, or 32 (an odd line: the group starts in the second line of
-    /// the weight port's 64-byte beat).
+    /// The weights' byte offset from WEIGHTS: 0, or 128 (the next multiple of the layout's alignment,
+    /// `16 x pe_lanes` bytes).
     w_off: u64,
     /// The weights at [`WEIGHTS_FAR`] instead of [`WEIGHTS`] (more than 16 KiB of them).
     far: bool,
@@ -48,6 +50,13 @@ impl Case {
     fn row_bytes(&self) -> usize {
         self.fmt.row_bytes(self.cols as usize).unwrap()
     }
+    /// The weights' layout at the `sim` preset (interleaved by lane, docs/isa.md `matmul`).
+    fn layout(&self) -> WeightLayout {
+        WeightLayout::new(&OverlayConfig::sim(), self.row_bytes())
+    }
+    fn weight_bytes(&self) -> usize {
+        self.layout().matrix_bytes(u64::from(self.rows)) as usize
+    }
     fn w_byte(&self) -> u64 {
         if self.far { WEIGHTS_FAR + self.w_off } else { WEIGHTS + self.w_off }
     }
@@ -56,7 +65,7 @@ impl Case {
     }
     /// The device-memory image: activation blocks, weight rows, old outputs (finite FP16 / FP32 values).
     fn data(&self, rng: &mut Rng) -> Vec<u8> {
-        let end = WINDOW.max(self.w_byte() as usize + self.rows as usize * self.row_bytes());
+        let end = WINDOW.max(self.w_byte() as usize + self.weight_bytes());
         let mut data: Vec<u8> = (0..end).map(|_| rng.next_u64() as u8).collect();
         let kinds = [ActKind::Typical, ActKind::Typical, ActKind::Outlier, ActKind::Spread, ActKind::EqualExponents, ActKind::Zero];
         let mut at = ACTS as usize;
@@ -67,12 +76,10 @@ impl Case {
                 at += 2;
             }
         }
-        let mut at = self.w_byte() as usize;
-        for _ in 0..self.rows * self.cols / BLOCK as u32 {
-            let b = weight_block(rng, self.fmt, false);
-            data[at..at + b.len()].copy_from_slice(&b);
-            at += b.len();
-        }
+        // the rows' blocks, laid out by lane (the zeros that pad the lanes' shares are read by neither model)
+        let rows: Vec<u8> = (0..self.rows * self.cols / BLOCK as u32).flat_map(|_| weight_block(rng, self.fmt, false)).collect();
+        let matrix = self.layout().interleave(&rows);
+        data[self.w_byte() as usize..self.w_byte() as usize + matrix.len()].copy_from_slice(&matrix);
         for i in 0..self.rows as usize {
             let g = 0.5 + rng.f32_unit();
             data[GAINS as usize + 4 * i..GAINS as usize + 4 * i + 4].copy_from_slice(&g.to_bits().to_le_bytes());
@@ -152,25 +159,26 @@ fn matmul_equals_the_functional_simulator() {
         // one row group, one token: the decode shape
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1, w_off: 0, far: false },
         // several groups, the last partial and odd (a half-written output word), tokens, the fused residual
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96, red: 2, w_off: 32, far: false },
-        // Q4_0 rows of 18-byte blocks (rows start at every even byte of a line), FP32 outputs with start values
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 3, rows: 37, cols: 96, red: 2, w_off: 128, far: false },
+        // Q4_0 rows of 18-byte blocks (a lane's row 1 starts at every even byte of a unit), FP32 outputs with
+        // start values
         Case { fmt: WeightFormat::W4, f32_out: true, acc: true, ntok: 2, rows: 21, cols: 64, red: 1, w_off: 0, far: false },
         // Q8_0: four steps per block, rows of 34-byte blocks
-        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0, w_off: 32, far: false },
+        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 18, cols: 128, red: 0, w_off: 128, far: false },
         Case { fmt: WeightFormat::W8, f32_out: true, acc: false, ntok: 1, rows: 7, cols: 32, red: 2, w_off: 0, far: false },
         // three full groups of long rows, one token: each group's load overlaps the previous one's compute
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 48, cols: 320, red: 1, w_off: 0, far: false },
-        // the same from an odd line: every group starts in the second line of a 64-byte beat
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 48, cols: 320, red: 0, w_off: 32, far: false },
-        // the weight buffer's ring (128 positions per row slot at `sim`) wraps: 23 groups of 8 positions
-        // (136-byte W8 rows), around it almost twice; 13 groups of 14 (360-byte W4Min rows, SmolLM2's 576
-        // columns) from an odd line, the tenth across the wrap (positions 126, 127, 0, ..); 6 groups of 30
-        // (864-byte W4 rows), the fifth across the wrap; 5 groups of 36 (1,088-byte W8 rows) for 4 tokens, whose compute outlasts the beats:
-        // three groups at once, the ring's room, not its four entries, holds the loader back
-        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 355, cols: 128, red: 1, w_off: 0, far: true },
-        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 200, cols: 576, red: 2, w_off: 32, far: true },
+        // the same from the next multiple of the layout's alignment
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 48, cols: 320, red: 0, w_off: 128, far: false },
+        // the weight buffer's ring (512 units per lane at `sim`) wraps: 63 groups of 17 units (136-byte W8
+        // rows), around it twice; 13 groups of 45 (360-byte W4Min rows, SmolLM2's 576 columns), the twelfth
+        // across the wrap (units 495 to 539); 6 groups of 108 (864-byte W4 rows), the fifth across the wrap; 5
+        // groups of 136 (1,088-byte W8 rows) for 4 tokens, whose compute outlasts the beats: three groups at
+        // once, the ring's room, not its eight entries, holds the loader back
+        Case { fmt: WeightFormat::W8, f32_out: false, acc: false, ntok: 2, rows: 1000, cols: 128, red: 1, w_off: 0, far: true },
+        Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 200, cols: 576, red: 2, w_off: 128, far: true },
         Case { fmt: WeightFormat::W4, f32_out: true, acc: false, ntok: 1, rows: 96, cols: 1536, red: 0, w_off: 0, far: true },
-        Case { fmt: WeightFormat::W8, f32_out: true, acc: true, ntok: 4, rows: 80, cols: 1024, red: 1, w_off: 32, far: true },
+        Case { fmt: WeightFormat::W8, f32_out: true, acc: true, ntok: 4, rows: 80, cols: 1024, red: 1, w_off: 128, far: true },
     ];
     let mut rng = Rng(0x3a7_3a7);
     // and random shapes: any format, output type, start values and reduction, 1..=4 tokens, 1..=40 rows, 1..=6
@@ -185,7 +193,7 @@ fn matmul_equals_the_functional_simulator() {
             rows: 1 + rng.below(40) as u32,
             cols: 32 * (1 + rng.below(6) as u32),
             red: rng.below(3) as u8,
-            w_off: 32 * rng.below(2),
+            w_off: 128 * rng.below(2),
             far: false,
         })
         .collect();
@@ -193,7 +201,7 @@ fn matmul_equals_the_functional_simulator() {
         let text = case.program();
         let cycles = compare_with_func(&text, &case.data(&mut rng));
         let macs = case.ntok * case.rows * case.cols;
-        eprintln!("{case:?}: {cycles} cycles, {macs} MACs, {} weight bytes", case.rows as usize * case.row_bytes());
+        eprintln!("{case:?}: {cycles} cycles, {macs} MACs, {} weight bytes", case.weight_bytes());
     }
 }
 
@@ -208,11 +216,12 @@ fn matmul_traps_equal_the_functional_simulator() {
         ("cols not whole blocks", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=48 w=0x100"),
         ("ntok 0", "matmul fmt=w4m out=f16 ntok=0 dst=0x1000 src=0 rows=16 cols=64 w=0x100"),
         ("ntok above max_batch", "matmul fmt=w8 out=f16 ntok=17 dst=0x1000 src=0 rows=16 cols=64 w=0x100"),
-        ("a row longer than the buffer", "matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=2 cols=1888 w=0x100"),
+        ("a row longer than the buffer", "matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=2 cols=1952 w=0x100"),
+        ("weights not at a multiple of 16 x pe_lanes bytes", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x101"),
         ("source and destination overlap", "matmul fmt=w4 out=f32 ntok=2 dst=0x20 src=0 rows=16 cols=64 w=0x100"),
         ("destination past the scratchpad", "matmul fmt=w4m out=f32 ntok=4 dst=0x3FFF0 src=0 rows=64 cols=64 w=0x100"),
         ("source past the scratchpad", "matmul fmt=w4m out=f16 ntok=2 dst=0 src=0x3FFF8 rows=16 cols=64 w=0x100"),
-        ("weights past device memory", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1FFFFFF"),
+        ("weights past device memory", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1FFFFFC"),
     ] {
         let text = format!("seti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
         compare_with_func(&text, &data);
@@ -246,14 +255,11 @@ fn an_early_matmul_equals_the_functional_simulator() {
     let case = Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 64, cols: 128, red: 0, w_off: 0, far: false };
     let mut rng = Rng(0xea71_0001);
     let mut data = case.data(&mut rng);
-    // valid weight blocks to overwrite the first 2,048 bytes of the weights with (finite outputs either way)
-    let mut at = NEW_WEIGHTS as usize;
-    while at < NEW_WEIGHTS as usize + 2048 {
-        let b = weight_block(&mut rng, case.fmt, false);
-        let n = b.len().min(NEW_WEIGHTS as usize + 2048 - at);
-        data[at..at + n].copy_from_slice(&b[..n]);
-        at += n;
-    }
+    // valid weights, laid out by lane, to overwrite the first 2,048 bytes of the weights with (finite outputs
+    // either way)
+    let rows: Vec<u8> = (0..case.rows * case.cols / BLOCK as u32).flat_map(|_| weight_block(&mut rng, case.fmt, false)).collect();
+    let matrix = case.layout().interleave(&rows);
+    data[NEW_WEIGHTS as usize..NEW_WEIGHTS as usize + 2048].copy_from_slice(&matrix[..2048]);
     for (from, bytes) in [(EARLY_Q, 128u64), (EARLY_K, 0x400), (EARLY_V, 0x400)] {
         for i in (0..bytes).step_by(2) {
             let v = opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * 3.0);
@@ -296,7 +302,7 @@ fn an_early_matmul_equals_the_functional_simulator() {
             ),
         ),
         ("an attn before it traps", format!("{acts}{attn_setup}{}{}{}{store}end\n", attn(0x140), attn(0x3FFF0), matmul(WEIGHTS / 32))),
-        ("it traps itself", format!("{acts}{attn_setup}{}{}{store}end\n", attn(0x140), matmul(0x1FFFFFF))),
+        ("it traps itself", format!("{acts}{attn_setup}{}{}{store}end\n", attn(0x140), matmul(0x1FFFFFC))),
     ];
     for (what, text) in programs {
         let cycles = compare_with_func(&text, &data);

@@ -60,7 +60,9 @@ fn model(seed: u64) -> Vec<(u64, Vec<u8>)> {
         (0x1480, WeightFormat::W4, 64, 128),    // down
         (0x1600, WeightFormat::W8, 256, 64),    // output head
     ] {
-        d.push((line, matrix(&mut r, fmt, rows, cols)));
+        // laid out by lane at the `sim` preset (docs/isa.md, `matmul`)
+        let layout = opu_hw::weight_layout::WeightLayout::new(&opu_hw::OverlayConfig::sim(), fmt.row_bytes(cols).unwrap());
+        d.push((line, layout.interleave(&matrix(&mut r, fmt, rows, cols))));
     }
     for pos in 0..8u32 {
         let row: Vec<u8> = rope_table_row(pos, 32, 10000.0).iter().flat_map(|&(c, s)| [c, s]).flat_map(f32::to_le_bytes).collect();

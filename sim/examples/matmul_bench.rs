@@ -40,6 +40,8 @@ fn bench(fmt: WeightFormat, rows: u32, cols: u32, threads: usize, budget: Durati
         quantize_block(fmt, &x, &mut weights);
     }
     let w_line = 0x10_0000u32; // 32 MiB
+    // laid out by lane, as `matmul` reads them (docs/isa.md)
+    let weights = opu_hw::weight_layout::WeightLayout::new(&OverlayConfig::sim(), fmt.row_bytes(cols as usize).unwrap()).interleave(&weights);
     opu_hw::device::Device::mem_write(&mut sim, u64::from(w_line) * 32, &weights).unwrap();
     let x: Vec<u8> = (0..cols).flat_map(|_| f32_to_f16(rng.next().powi(3) * 4.0).to_le_bytes()).collect();
     sim.scratchpad_mut()[..x.len()].copy_from_slice(&x);

@@ -22,7 +22,7 @@ fn one_token_in_every_format_equals_matvec_f16() {
         let mut sim = sim();
         let x = activations(&mut r, cols);
         let m = matrix(&mut r, fmt, rows, cols);
-        mem_put(&mut sim, W, &m);
+        let m_bytes = mem_put_matrix(&mut sim, W, &m, fmt.row_bytes(cols).unwrap());
         spm_put(&mut sim, 0, &f16_bytes(&x));
         let c = run_ok(
             &mut sim,
@@ -33,7 +33,10 @@ fn one_token_in_every_format_equals_matvec_f16() {
         assert_eq!(got, matvec_f16(fmt, &x, &m, rows, 16), "{fmt:?}");
         let s = sim.stats();
         assert_eq!(s.macs, (rows * cols) as u64);
-        assert_eq!(s.bytes_read, m.len() as u64, "{fmt:?}: the matrix is read once");
+        // 3 groups of 16 rows (the third partial, read whole)
+        let rb = fmt.row_bytes(cols).unwrap() as u64;
+        assert_eq!(m_bytes, 3 * 8 * (2 * rb).div_ceil(16) * 16);
+        assert_eq!(s.bytes_read, m_bytes, "{fmt:?}: the matrix is read once");
         assert_eq!((s.instret, c.instructions), (2, 2));
         assert_eq!(s.by_class["matrix"], 1);
     }
@@ -54,7 +57,7 @@ fn several_tokens_fused_residual_and_reduction_in_both_output_types() {
             let (ntok, rows, cols) = (3usize, 37usize, 64usize);
             let mut sim = sim();
             let m = matrix(&mut r, fmt, rows, cols);
-            mem_put(&mut sim, W, &m);
+            let m_bytes = mem_put_matrix(&mut sim, W, &m, fmt.row_bytes(cols).unwrap());
             // Input rows at a pitch of 2 * 64 bytes (already a multiple of 4); output rows of 37 elements:
             // FP16 rows are padded to 76 bytes, FP32 rows are 148.
             let xs: Vec<Vec<u16>> = (0..ntok).map(|_| activations(&mut r, cols)).collect();
@@ -103,7 +106,7 @@ fn several_tokens_fused_residual_and_reduction_in_both_output_types() {
             }
             let s = sim.stats();
             assert_eq!(s.macs, (ntok * rows * cols) as u64);
-            assert_eq!(s.bytes_read, (rows * rb) as u64, "weights streamed once for all tokens");
+            assert_eq!(s.bytes_read, m_bytes, "weights streamed once for all tokens");
         }
     }
 }
@@ -114,7 +117,7 @@ fn red_add_continues_a_sum_and_red_none_leaves_it() {
     let mut sim = sim();
     let (rows, cols) = (32usize, 32usize);
     let m = matrix(&mut r, WeightFormat::W8, rows, cols);
-    mem_put(&mut sim, W, &m);
+    mem_put_matrix(&mut sim, W, &m, WeightFormat::W8.row_bytes(cols).unwrap());
     let x = activations(&mut r, cols);
     spm_put(&mut sim, 0, &f16_bytes(&x));
     run_ok(
@@ -149,7 +152,7 @@ fn rows_split_over_threads_give_identical_bits() {
         let mut sim = sim();
         sim.set_threads(threads);
         assert_eq!(sim.threads(), threads);
-        mem_put(&mut sim, W, &m);
+        mem_put_matrix(&mut sim, W, &m, WeightFormat::W4Min.row_bytes(cols).unwrap());
         spm_put(&mut sim, 0, &f16_bytes(&xs));
         run_ok(
             &mut sim,
@@ -177,7 +180,7 @@ fn nonfinite_inputs_give_nan_and_the_array_waits_for_its_weights() {
     let mut r = rng(5);
     let (rows, cols) = (64usize, 64usize);
     let m = matrix(&mut r, WeightFormat::W4, rows, cols);
-    mem_put(&mut sim, W, &m);
+    mem_put_matrix(&mut sim, W, &m, WeightFormat::W4.row_bytes(cols).unwrap());
     let mut x = activations(&mut r, cols);
     x[40] = 0x7C00; // +inf in the second block
     spm_put(&mut sim, 0, &f16_bytes(&x));

@@ -32,7 +32,7 @@ fn load_model(sim: &mut FuncSim, seed: u64) {
         (0x1480, WeightFormat::W4, 64, 128),    // down
         (0x1600, WeightFormat::W8, 256, 64),    // output head
     ] {
-        mem_put(sim, line, &matrix(&mut r, fmt, rows, cols));
+        mem_put_matrix(sim, line, &matrix(&mut r, fmt, rows, cols), fmt.row_bytes(cols).unwrap());
     }
     for pos in 0..8u32 {
         let row: Vec<f32> = rope_table_row(pos, 32, 10000.0).iter().flat_map(|&(c, s)| [c, s]).collect();

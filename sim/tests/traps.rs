@@ -99,10 +99,11 @@ fn device_memory_out_of_range_names_the_first_faulting_byte() {
     expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 0, u64::MAX);
     let res = run(&mut sim, "load spm=0 mem=1 bytes=4 idx=r8 stride=0x100000\nend", &[0x100]);
     expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 0, 32 * (1 + 0x100 * 0x100000));
-    // A weight stream that runs off the end.
+    // A weight stream that runs off the end (from the last multiple of 16 x pe_lanes bytes, 128 before the
+    // end: its group is 640 bytes).
     let res = run(
         &mut sim,
-        &format!("matmul fmt=w8 out=f16 ntok=1 dst=0x100 src=0 rows=4 cols=32 w={}\nend", last_line - 3),
+        &format!("matmul fmt=w8 out=f16 ntok=1 dst=0x100 src=0 rows=4 cols=32 w={}\nend", last_line - 4),
         &[],
     );
     expect_trap(&mut sim, res, ErrorCode::MemOutOfRange, 0, size);

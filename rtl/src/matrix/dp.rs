@@ -26,18 +26,15 @@ pub fn dp_verilog(cfg: &OverlayConfig) -> String {
     writeln!(
         v,
         "\
-module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_base, ld_idx, ld_line, rd_o0, rd_rb, rd_base, rd_off,
+module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd_base, rd_off,
     rd_fmt, f_valid, f_half, f_row, f_clear, f_last, f_xf, o_sel, cap, o_acc0, o_acc1, o_nf0, o_nf1, sq_chunk, sq_f32,
     sq_mask, sq_out);
     input wire clock;
     input wire reset;
-    input wire [5:0] ld_o0;
-    input wire [15:0] ld_rb;
     input wire ld_valid;
-    input wire [15:0] ld_base;
-    input wire [15:0] ld_idx;
+    input wire [15:0] ld_quad;
+    input wire [15:0] ld_pos;
     input wire [511:0] ld_line;
-    input wire [5:0] rd_o0;
     input wire [15:0] rd_rb;
     input wire [15:0] rd_base;
     input wire [15:0] rd_off;
@@ -122,8 +119,8 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_base, ld_idx, ld_l
     for i in 0..l {
         writeln!(
             v,
-            "    opu_wfeed feed{i}(.clock(clock), .row0(16'd{r}), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), \
-.ld_base(ld_base), .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off), \
+            "    opu_wfeed feed{i}(.clock(clock), .row0(16'd{r}), .ld_valid(ld_valid), .ld_quad(ld_quad), .ld_pos(ld_pos), \
+.ld_line(ld_line), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off), \
 .rd_half(f_half), .rd_row(f_row), .rd_fmt(rd_fmt), .w(w[{wh}:{wl}]), .dm(dm[{dh}:{dl}]));",
             r = 2 * i,
             wh = 128 * i + 127,
@@ -144,13 +141,11 @@ module opu_matrix_dp(clock, reset, ld_o0, ld_rb, ld_valid, ld_base, ld_idx, ld_l
 pub struct MatrixDatapath {
     pub clock: Signal<In, Clock>,
     pub reset: Signal<In, Bit>,
-    pub ld_o0: Signal<In, Bits<6>>,
-    pub ld_rb: Signal<In, Bits<16>>,
+    /// A beat of the weight port: a unit for each lane of quad `ld_quad`, kept at ring unit `ld_pos`.
     pub ld_valid: Signal<In, Bit>,
-    pub ld_base: Signal<In, Bits<16>>,
-    pub ld_idx: Signal<In, Bits<16>>,
+    pub ld_quad: Signal<In, Bits<16>>,
+    pub ld_pos: Signal<In, Bits<16>>,
     pub ld_line: Signal<In, Bits<512>>,
-    pub rd_o0: Signal<In, Bits<6>>,
     pub rd_rb: Signal<In, Bits<16>>,
     pub rd_base: Signal<In, Bits<16>>,
     pub rd_off: Signal<In, Bits<16>>,
@@ -183,13 +178,10 @@ impl MatrixDatapath {
         MatrixDatapath {
             clock: Default::default(),
             reset: Default::default(),
-            ld_o0: Default::default(),
-            ld_rb: Default::default(),
             ld_valid: Default::default(),
-            ld_base: Default::default(),
-            ld_idx: Default::default(),
+            ld_quad: Default::default(),
+            ld_pos: Default::default(),
             ld_line: Default::default(),
-            rd_o0: Default::default(),
             rd_rb: Default::default(),
             rd_base: Default::default(),
             rd_off: Default::default(),
@@ -228,8 +220,8 @@ impl Logic for MatrixDatapath {
     fn hdl(&self) -> Verilog {
         Verilog::Wrapper(Wrapper {
             code: "\
-opu_matrix_dp dp(.clock(clock), .reset(reset), .ld_o0(ld_o0), .ld_rb(ld_rb), .ld_valid(ld_valid), .ld_base(ld_base),
-    .ld_idx(ld_idx), .ld_line(ld_line), .rd_o0(rd_o0), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off),
+opu_matrix_dp dp(.clock(clock), .reset(reset), .ld_valid(ld_valid), .ld_quad(ld_quad), .ld_pos(ld_pos),
+    .ld_line(ld_line), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off),
     .rd_fmt(rd_fmt), .f_valid(f_valid), .f_half(f_half), .f_row(f_row), .f_clear(f_clear), .f_last(f_last),
     .f_xf(f_xf), .o_sel(o_sel), .cap(cap), .o_acc0(o_acc0), .o_acc1(o_acc1), .o_nf0(o_nf0), .o_nf1(o_nf1),
     .sq_chunk(sq_chunk), .sq_f32(sq_f32), .sq_mask(sq_mask), .sq_out(sq_out));

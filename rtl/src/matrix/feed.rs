@@ -1,25 +1,29 @@
 //! The weight feed of one PE lane (rust-hdl HDL): the lane's slot in the weight buffer, which holds the
-//! 64-byte beats of a row group that carry the lane's two rows, written as they stream in from device memory,
-//! and read one weight block per step for the lane's weight bus (`w`) and scales (`dm`).
+//! lane's share of the row groups in flight (its two rows of each, `opu_hw::weight_layout`), written as the
+//! 16-byte units stream in from device memory, and read one weight block per step for the lane's weight bus
+//! (`w`) and scales (`dm`).
 //!
-//! The lane holds rows `row0` and `row0 + 1` of a group, which lie back to back in device memory: bytes
-//! `o0 + row0 x rb ..< o0 + (row0 + 2) x rb` counted from the group's first beat (`o0`: the group's byte offset
-//! in that beat). Its slot keeps the beats `bf ..= bl` that hold those bytes, beat `bf + s` at slot position
-//! `s`, each as eight 8-byte units in eight banks (unit `j` of a beat in bank `j`): a beat of the weight port
-//! is written in one cycle, one unit per bank, with no multiplexer on the data. A block (at an even byte, at
-//! most 34 bytes) spans at most five consecutive units, which lie in five different banks, so the banks
-//! read it in one cycle: bank `j` at the block's beat, or at the next one for the units before the block's
-//! first. Each bank is 64 bits wide and `2^A` deep: one block RAM (512 x 72) at the `u280` preset, eight
-//! per lane (until 2026-12-06 each row had two banks of 256 bits, even and odd lines: sixteen block RAMs).
+//! Device memory holds the weights interleaved by lane (docs/isa.md, `matmul`): unit `k` of lane `l`'s
+//! share of a group at byte `(k x pe_lanes + l) x 16` of the group, so a 64-byte beat of the weight port
+//! carries one unit for each of the four lanes `4q .. 4q + 4` (`ld_quad` = `q`), all at the same unit of
+//! their shares, which the loader gives as a position in the lanes' rings (`ld_pos`). The lane takes its
+//! unit when the quad is its own: 16 bytes at byte `16 (l mod 4)` of the beat. Its slot keeps the share's
+//! bytes in order, each 64-byte position of the ring as eight 8-byte units in eight banks (unit `j` in bank
+//! `j`): a 16-byte unit is written in one cycle into two banks (`2 (ld_pos mod 4)` and the next). A block (at
+//! an even byte, at most 34 bytes) spans at most five consecutive 8-byte units, which lie in five different
+//! banks, so the banks read it in one cycle: bank `j` at the block's position, or at the next one for the
+//! units before the block's first. Each bank is 64 bits wide and `2^A` deep: one block RAM (512 x 72) at the
+//! `u280` preset, eight per lane.
 //!
 //! The banks have one read port, so the feed reads one row's block per step and keeps it: with W4Min / W4
 //! (both rows per step) row 0's at the block's half-0 step and row 1's at its half-1 step, each block read
 //! once for its two halves; with W8 (one row per step: row 0's halves, then row 1's) the row's block at its
 //! half-0 step. The lane's bus for a step is formed once both rows' blocks are in: [`FEED_LATENCY`] = 4.
 //!
-//! A slot is a ring of `2^A` positions in which the groups follow each other: a group's beats sit from its
-//! base position (`ld_base` / `rd_base`), `OverlayConfig::weight_group_beats` after the previous group's, so
-//! while the array computes one group the next ones stream in behind it, as many as the ring holds.
+//! A slot is a ring of `2^A` 64-byte positions (`2^(A + 2)` units) in which the groups follow each other: a
+//! group's share sits from its base unit (`rd_base`), `weight_layout::WeightLayout::lane_units` after the
+//! previous group's, so while the array computes one group the next ones stream in behind it, as many as the
+//! ring holds.
 //!
 //! Read pipeline: (1) the banks' synchronous read; (2) the five units rotated into place and shifted to the
 //! block's even byte: the row's block register; (3) row 0's block a cycle later (held for the block's second
@@ -40,18 +44,15 @@ pub struct WeightFeed<const A: usize> {
     /// Index of the lane's row 0 in a group (`2 x lane`), a constant the datapath ties.
     pub row0: Signal<In, Bits<16>>,
 
-    // ---- load: beat `ld_idx / 2` (`ld_idx` even, lines counted from the group's first beat) of the group
-    // being loaded
-    pub ld_o0: Signal<In, Bits<6>>,
-    pub ld_rb: Signal<In, Bits<16>>,
+    // ---- load: a beat of the weight port, with a unit for each lane of quad `ld_quad`, to be kept at ring
+    // position `ld_pos` (16-byte units)
     pub ld_valid: Signal<In, Bit>,
-    /// The group's first slot position in the ring.
-    pub ld_base: Signal<In, Bits<16>>,
-    pub ld_idx: Signal<In, Bits<16>>,
+    pub ld_quad: Signal<In, Bits<16>>,
+    pub ld_pos: Signal<In, Bits<16>>,
     pub ld_line: Signal<In, Bits<512>>,
 
-    // ---- read: the block at byte `rd_off` of the step's row of the group at ring position `rd_base`
-    pub rd_o0: Signal<In, Bits<6>>,
+    // ---- read: the block at byte `rd_off` of the step's row of the group whose share starts at ring unit
+    // `rd_base`
     pub rd_rb: Signal<In, Bits<16>>,
     pub rd_base: Signal<In, Bits<16>>,
     pub rd_off: Signal<In, Bits<16>>,
@@ -71,11 +72,6 @@ pub struct WeightFeed<const A: usize> {
     b5: RAM<Bits<64>, A>,
     b6: RAM<Bits<64>, A>,
     b7: RAM<Bits<64>, A>,
-    // load geometry, registered: the first and last beat of the lane's two rows
-    first: DFF<Bits<24>>,
-    last: DFF<Bits<24>>,
-    // read geometry, registered: the lane's first byte in its first beat
-    x: DFF<Bits<6>>,
     // stage 1 -> 2: the block's first unit, its byte in the unit (halved), the row read, and the step
     u1: DFF<Bits<3>>,
     e1: DFF<Bits<2>>,
@@ -103,10 +99,10 @@ pub struct WeightFeed<const A: usize> {
     w4m: Constant<Bits<2>>,
     w8: Constant<Bits<2>>,
 
-    off: Signal<Local, Bits<24>>,
-    beat: Signal<Local, Bits<24>>,
-    wa: Signal<Local, Bits<24>>,
-    win: Signal<Local, Bit>,
+    mine: Signal<Local, Bit>,
+    unit: Signal<Local, Bits<128>>,
+    wa: Signal<Local, Bits<16>>,
+    wj: Signal<Local, Bits<2>>,
     is_w8: Signal<Local, Bit>,
     tr: Signal<Local, Bit>,
     pos: Signal<Local, Bits<24>>,
@@ -129,13 +125,10 @@ impl<const A: usize> WeightFeed<A> {
         WeightFeed {
             clock: Default::default(),
             row0: Default::default(),
-            ld_o0: Default::default(),
-            ld_rb: Default::default(),
             ld_valid: Default::default(),
-            ld_base: Default::default(),
-            ld_idx: Default::default(),
+            ld_quad: Default::default(),
+            ld_pos: Default::default(),
             ld_line: Default::default(),
-            rd_o0: Default::default(),
             rd_rb: Default::default(),
             rd_base: Default::default(),
             rd_off: Default::default(),
@@ -152,9 +145,6 @@ impl<const A: usize> WeightFeed<A> {
             b5: Default::default(),
             b6: Default::default(),
             b7: Default::default(),
-            first: Default::default(),
-            last: Default::default(),
-            x: Default::default(),
             u1: Default::default(),
             e1: Default::default(),
             tr1: Default::default(),
@@ -176,10 +166,10 @@ impl<const A: usize> WeightFeed<A> {
             nib: Constant::new(nib_bits),
             w4m: k(u64::from(WeightFormat::W4Min.code())),
             w8: k(u64::from(WeightFormat::W8.code())),
-            off: Default::default(),
-            beat: Default::default(),
+            mine: Default::default(),
+            unit: Default::default(),
             wa: Default::default(),
-            win: Default::default(),
+            wj: Default::default(),
             is_w8: Default::default(),
             tr: Default::default(),
             pos: Default::default(),
@@ -205,7 +195,7 @@ impl<const A: usize> Logic for WeightFeed<A> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, first, last, x, u1, e1, tr1, en1, half1, row1, fmt1, blk0, blk1, half2, row2, fmt2, blk0d,
+            self, clock, u1, e1, tr1, en1, half1, row1, fmt1, blk0, blk1, half2, row2, fmt2, blk0d,
             half3, row3, fmt3, w_r, dm_r
         );
         self.b0.read_clock.next = self.clock.val();
@@ -225,54 +215,62 @@ impl<const A: usize> Logic for WeightFeed<A> {
         self.b6.write_clock.next = self.clock.val();
         self.b7.write_clock.next = self.clock.val();
 
-        // ---- load: the beats of the lane's two rows, at the group's base plus their beat counted from the
-        // lane's first; the bank address keeps A bits, so the ring of 2^A positions wraps by itself
-        self.off.next = bit_cast::<24, 6>(self.ld_o0.val()) + bit_cast::<24, 32>(self.row0.val() * self.ld_rb.val());
-        self.first.d.next = self.off.val() >> 6;
-        self.last.d.next = (self.off.val() + (bit_cast::<24, 16>(self.ld_rb.val()) << 1) - 1) >> 6;
-        self.beat.next = bit_cast::<24, 16>(self.ld_idx.val()) >> 1;
-        self.win.next = self.ld_valid.val() & (self.beat.val() >= self.first.q.val()) & (self.beat.val() <= self.last.q.val());
-        self.wa.next = self.beat.val() - self.first.q.val() + bit_cast::<24, 16>(self.ld_base.val());
-        self.b0.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b1.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b2.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b3.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b4.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b5.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b6.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b7.write_address.next = bit_cast::<A, 24>(self.wa.val());
-        self.b0.write_data.next = self.ld_line.val().get_bits::<64>(0);
-        self.b1.write_data.next = self.ld_line.val().get_bits::<64>(64);
-        self.b2.write_data.next = self.ld_line.val().get_bits::<64>(128);
-        self.b3.write_data.next = self.ld_line.val().get_bits::<64>(192);
-        self.b4.write_data.next = self.ld_line.val().get_bits::<64>(256);
-        self.b5.write_data.next = self.ld_line.val().get_bits::<64>(320);
-        self.b6.write_data.next = self.ld_line.val().get_bits::<64>(384);
-        self.b7.write_data.next = self.ld_line.val().get_bits::<64>(448);
-        self.b0.write_enable.next = self.win.val();
-        self.b1.write_enable.next = self.win.val();
-        self.b2.write_enable.next = self.win.val();
-        self.b3.write_enable.next = self.win.val();
-        self.b4.write_enable.next = self.win.val();
-        self.b5.write_enable.next = self.win.val();
-        self.b6.write_enable.next = self.win.val();
-        self.b7.write_enable.next = self.win.val();
+        // ---- load: the lane's unit of a beat of its quad (16 bytes at `16 (lane mod 4)`), into banks
+        // `2 (pos mod 4)` and the next at position `pos / 4`; the bank address keeps A bits, so the ring of
+        // 2^A positions wraps by itself
+        self.mine.next = self.ld_valid.val() & (self.ld_quad.val() == (self.row0.val() >> 3));
+        self.unit.next = self.ld_line.val().get_bits::<128>(0);
+        if self.row0.val().get_bits::<2>(1) == 1 {
+            self.unit.next = self.ld_line.val().get_bits::<128>(128);
+        }
+        if self.row0.val().get_bits::<2>(1) == 2 {
+            self.unit.next = self.ld_line.val().get_bits::<128>(256);
+        }
+        if self.row0.val().get_bits::<2>(1) == 3 {
+            self.unit.next = self.ld_line.val().get_bits::<128>(384);
+        }
+        self.wa.next = self.ld_pos.val() >> 2;
+        self.wj.next = self.ld_pos.val().get_bits::<2>(0);
+        self.b0.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b1.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b2.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b3.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b4.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b5.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b6.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b7.write_address.next = bit_cast::<A, 16>(self.wa.val());
+        self.b0.write_data.next = self.unit.val().get_bits::<64>(0);
+        self.b1.write_data.next = self.unit.val().get_bits::<64>(64);
+        self.b2.write_data.next = self.unit.val().get_bits::<64>(0);
+        self.b3.write_data.next = self.unit.val().get_bits::<64>(64);
+        self.b4.write_data.next = self.unit.val().get_bits::<64>(0);
+        self.b5.write_data.next = self.unit.val().get_bits::<64>(64);
+        self.b6.write_data.next = self.unit.val().get_bits::<64>(0);
+        self.b7.write_data.next = self.unit.val().get_bits::<64>(64);
+        self.b0.write_enable.next = self.mine.val() & (self.wj.val() == 0);
+        self.b1.write_enable.next = self.mine.val() & (self.wj.val() == 0);
+        self.b2.write_enable.next = self.mine.val() & (self.wj.val() == 1);
+        self.b3.write_enable.next = self.mine.val() & (self.wj.val() == 1);
+        self.b4.write_enable.next = self.mine.val() & (self.wj.val() == 2);
+        self.b5.write_enable.next = self.mine.val() & (self.wj.val() == 2);
+        self.b6.write_enable.next = self.mine.val() & (self.wj.val() == 3);
+        self.b7.write_enable.next = self.mine.val() & (self.wj.val() == 3);
 
         // ---- read, stage 1: the step's row (W4Min / W4: row 0 at half 0, row 1 at half 1; W8: the step's row
-        // at its half 0, nothing at half 1) at byte `pos` of the slot: beat `pos / 64`, units from `pos / 8 mod 8`
-        self.x.d.next = self.rd_o0.val() + bit_cast::<6, 32>(self.row0.val() * self.rd_rb.val());
+        // at its half 0, nothing at half 1) at byte `pos` of the slot: position `pos / 64`, units from
+        // `pos / 8 mod 8`
         self.is_w8.next = self.rd_fmt.val() == self.w8.val();
         self.tr.next = self.rd_half.val();
         if self.is_w8.val() {
             self.tr.next = self.rd_row.val();
         }
-        self.pos.next = bit_cast::<24, 6>(self.x.q.val()) + bit_cast::<24, 16>(self.rd_off.val());
+        self.pos.next = (bit_cast::<24, 16>(self.rd_base.val()) << 4) + bit_cast::<24, 16>(self.rd_off.val());
         if self.tr.val() {
-            self.pos.next = bit_cast::<24, 6>(self.x.q.val())
+            self.pos.next = (bit_cast::<24, 16>(self.rd_base.val()) << 4)
                 + bit_cast::<24, 16>(self.rd_off.val())
                 + bit_cast::<24, 16>(self.rd_rb.val());
         }
-        self.kk.next = (self.pos.val() >> 6) + bit_cast::<24, 16>(self.rd_base.val());
+        self.kk.next = self.pos.val() >> 6;
         self.u.next = self.pos.val().get_bits::<3>(3);
         // a bank before the block's first unit holds one of its units of the next beat when the five units
         // pass the beat's end (u >= 4: banks 0 ..= u - 4); banks 4 to 7 never do
@@ -377,13 +375,10 @@ pub fn feed_verilog(lines: u32) -> Result<String, crate::emit::EmitError> {
         let mut f = WeightFeed::<A>::new();
         f.clock.connect();
         f.row0.connect();
-        f.ld_o0.connect();
-        f.ld_rb.connect();
         f.ld_valid.connect();
-        f.ld_base.connect();
-        f.ld_idx.connect();
+        f.ld_quad.connect();
+        f.ld_pos.connect();
         f.ld_line.connect();
-        f.rd_o0.connect();
         f.rd_rb.connect();
         f.rd_base.connect();
         f.rd_off.connect();
@@ -393,7 +388,7 @@ pub fn feed_verilog(lines: u32) -> Result<String, crate::emit::EmitError> {
         f.connect_all();
         crate::emit::checked_verilog(&f)
     }
-    // each bank holds a unit of every position of the lane's ring of 2 x `lines` beats
+    // each bank holds an 8-byte unit of every position of the lane's ring of 2 x `lines` 64-byte positions
     match lines {
         4 => build::<3>(),
         8 => build::<4>(),

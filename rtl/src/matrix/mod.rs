@@ -7,14 +7,15 @@
 //!    not whole blocks, a row longer than the weight buffer holds), the overlap of source and destination,
 //!    the destination's and the source's scratchpad spans, the weights' device-memory span. A violation
 //!    traps with the functional simulator's code and ERROR_INFO.
-//! 2. **Load** a group: its bytes are contiguous in device memory (rows back to back), so the loader requests
-//!    the group's 64-byte beats in order on the top's weight port (two lines per cycle, the `sim` preset's
-//!    memory bandwidth) and every weight feed keeps the beats of its two rows. The weight buffer is a ring
-//!    per lane (`2 x weight_row_lines` beats) in which groups follow each other, each taking
-//!    `OverlayConfig::weight_group_beats` positions: the loader runs as many groups ahead of the compute as
-//!    the ring holds (`OverlayConfig::weight_groups_in_buffer`, up to `WEIGHT_GROUP_ENTRIES` = 8), so a group costs the longer of
-//!    its load and its compute, and the memory latency is paid once per `matmul` wherever the compute keeps
-//!    up with the memory.
+//! 2. **Load** a group: device memory holds the weights interleaved by lane (docs/isa.md, `matmul`;
+//!    `opu_hw::weight_layout`), a group as `16 pe_lanes K` contiguous bytes (`K` units of 16 bytes per lane:
+//!    its two rows), so the loader requests the group's 64-byte beats in order on the top's weight port
+//!    (two lines per cycle, the `sim` preset's memory bandwidth) and beat `k` carries unit `k / (pe_lanes / 4)`
+//!    of four lanes, which their weight feeds keep. The weight buffer is a ring per lane (`8 x
+//!    weight_row_lines` units) in which groups follow each other, each taking `K` units: the loader runs
+//!    as many groups ahead of the compute as the ring holds (`OverlayConfig::weight_groups_in_buffer`, up to
+//!    `WEIGHT_GROUP_ENTRIES` = 8), so a group costs the longer of its load and its compute, and the memory
+//!    latency is paid once per `matmul` wherever the compute keeps up with the memory.
 //! 3. **Compute**, for each token: per block of 32 columns the token's 64 activation bytes are read from the
 //!    scratchpad (two 32-byte reads), and the array takes the block in 2 steps (W4Min, W4: half 0, half 1)
 //!    or 4 (W8: row 0 halves, then row 1's), `clear` on the first block, `last` on the final one.
@@ -261,29 +262,30 @@ pub struct Matrix {
     outstanding: DFF<Bits<16>>,
 
     // ---- the row group
-    /// Rows left from the group's first; the group's rows; its first byte in device memory.
+    /// Rows left from the group's first; the group's rows.
     rows_left: DFF<Bits<16>>,
     grows: DFF<Bits<16>>,
-    gbyte: DFF<Bits<48>>,
     /// Byte offset of the group's first output row in a token's output row.
     gout: DFF<Bits<32>>,
-    o0: DFF<Bits<6>>,
     /// The compute's entry in the table of loaded groups.
     c_buf: DFF<Bits<3>>,
 
-    // ---- the loader (up to eight groups ahead, `opu_hw::config::WEIGHT_GROUP_ENTRIES`): its group's rows left, first byte, rows, offset in its first
-    // line, lines, requests and responses, and entry; the entries of the groups in the weight buffer's ring
-    // (loading or loaded), their geometry and base positions; a group's positions in the ring and the
-    // positions free
+    // ---- the loader (up to eight groups ahead, `opu_hw::config::WEIGHT_GROUP_ENTRIES`): its group's rows
+    // left, first byte and rows, its requests and responses, and its entry; the entries of the groups in the
+    // weight buffer's ring (loading or loaded), their rows and base units; the ring units free. Every group
+    // of a `matmul` has the same beats and bytes in device memory (the weights interleaved by lane,
+    // `opu_hw::weight_layout`: a group is `16 pe_lanes K` bytes, `K` = `gspan` units per lane).
     lstate: DFF<LoadState>,
     l_rows_left: DFF<Bits<16>>,
     l_gbyte: DFF<Bits<48>>,
     l_grows: DFF<Bits<16>>,
-    nbeats: DFF<Bits<16>>,
-    req_k: DFF<Bits<16>>,
-    resp_k: DFF<Bits<16>>,
+    /// Beats of a group (`K pe_lanes / 4`) and its bytes.
+    nbeats: DFF<Bits<24>>,
+    gbytes: DFF<Bits<48>>,
+    req_k: DFF<Bits<24>>,
+    resp_k: DFF<Bits<24>>,
     l_buf: DFF<Bits<3>>,
-    /// The next group's base position in the ring.
+    /// The next group's base unit in the ring.
     l_base: DFF<Bits<16>>,
     ready: DFF<Bits<8>>,
     /// An entry taken by a group whose lines are requested or in the ring (free again when the compute has
@@ -291,22 +293,6 @@ pub struct Matrix {
     busy: DFF<Bits<8>>,
     /// The entry the responses fill (in the order of the requests).
     r_buf: DFF<Bits<3>>,
-    b_nb_0: DFF<Bits<16>>,
-    b_nb_1: DFF<Bits<16>>,
-    b_nb_2: DFF<Bits<16>>,
-    b_nb_3: DFF<Bits<16>>,
-    b_nb_4: DFF<Bits<16>>,
-    b_nb_5: DFF<Bits<16>>,
-    b_nb_6: DFF<Bits<16>>,
-    b_nb_7: DFF<Bits<16>>,
-    b_o0_0: DFF<Bits<6>>,
-    b_o0_1: DFF<Bits<6>>,
-    b_o0_2: DFF<Bits<6>>,
-    b_o0_3: DFF<Bits<6>>,
-    b_o0_4: DFF<Bits<6>>,
-    b_o0_5: DFF<Bits<6>>,
-    b_o0_6: DFF<Bits<6>>,
-    b_o0_7: DFF<Bits<6>>,
     b_grows_0: DFF<Bits<16>>,
     b_grows_1: DFF<Bits<16>>,
     b_grows_2: DFF<Bits<16>>,
@@ -323,10 +309,11 @@ pub struct Matrix {
     b_base_5: DFF<Bits<16>>,
     b_base_6: DFF<Bits<16>>,
     b_base_7: DFF<Bits<16>>,
-    /// `OverlayConfig::weight_group_beats` of the rows; the ring's free positions.
+    /// Units of a lane's share of a group (`WeightLayout::lane_units`: its two rows), the ring units taken
+    /// by a group; the ring's free units.
     gspan: DFF<Bits<16>>,
     ring_free: DFF<Bits<16>>,
-    /// The compute's group: its base position in the ring.
+    /// The compute's group: its base unit in the ring.
     c_base: DFF<Bits<16>>,
 
     // ---- compute
@@ -402,8 +389,15 @@ pub struct Matrix {
     /// `2 x pe_lanes` and its log2; lanes per readout chunk (log2) by output type.
     group_rows: Constant<Bits<16>>,
     group_shift: Constant<Bits<8>>,
-    /// Positions (beats) of a lane's ring (`2 x weight_row_lines`, a power of two).
+    /// Units (16 bytes) of a lane's ring (`8 x weight_row_lines`, a power of two).
     ring: Constant<Bits<16>>,
+    /// A beat's lane quad within a unit row (`pe_lanes / 4 - 1`, a mask) and its shift (log2); the shift of
+    /// a group's bytes from its units per lane (`log2(16 pe_lanes)`); the weights' alignment mask
+    /// (`16 pe_lanes - 1`).
+    quad_mask: Constant<Bits<24>>,
+    quad_shift: Constant<Bits<8>>,
+    lane_shift: Constant<Bits<8>>,
+    align_mask: Constant<Bits<48>>,
     f_fmt: Constant<Bits<8>>,
     f_out: Constant<Bits<8>>,
     f_acc: Constant<Bits<8>>,
@@ -449,23 +443,22 @@ pub struct Matrix {
     pl_lo: Signal<Local, Bits<32>>,
     pl_hi: Signal<Local, Bits<32>>,
     nt1: Signal<Local, Bits<16>>,
-    glen: Signal<Local, Bits<32>>,
+    /// The `matmul`'s row groups.
+    w_groups: Signal<Local, Bits<16>>,
     /// The rows of the group the loader starts next.
     g_rows: Signal<Local, Bits<16>>,
     /// Entries the loader fills and the compute frees this cycle.
     rdy_set: Signal<Local, Bits<8>>,
     rdy_clr: Signal<Local, Bits<8>>,
     bsy_set: Signal<Local, Bits<8>>,
-    /// The response side's entry: its beats, offset and base; the compute's entry: its rows, offset, base.
-    r_nb: Signal<Local, Bits<16>>,
-    r_o0: Signal<Local, Bits<6>>,
+    /// The response side's entry: its base unit; a response's lane quad and ring unit; the compute's entry:
+    /// its rows and base.
     r_base: Signal<Local, Bits<16>>,
+    r_quad: Signal<Local, Bits<16>>,
+    r_pos: Signal<Local, Bits<16>>,
     e_grows: Signal<Local, Bits<16>>,
-    e_o0: Signal<Local, Bits<6>>,
     e_base: Signal<Local, Bits<16>>,
-    /// Lines a row touches at most (before rounding up to even).
-    span_raw: Signal<Local, Bits<16>>,
-    /// The ring positions taken and given back this cycle.
+    /// The ring units taken and given back this cycle.
     ring_take: Signal<Local, Bits<16>>,
     ring_give: Signal<Local, Bits<16>>,
     ring_init: Signal<Local, Bit>,
@@ -563,9 +556,9 @@ impl Matrix {
             outstanding: Default::default(),
             rows_left: Default::default(),
             grows: Default::default(),
-            gbyte: Default::default(),
             gout: Default::default(),
             nbeats: Default::default(),
+            gbytes: Default::default(),
             c_buf: Default::default(),
             lstate: Default::default(),
             l_rows_left: Default::default(),
@@ -575,10 +568,6 @@ impl Matrix {
             ready: Default::default(),
             busy: Default::default(),
             r_buf: Default::default(),
-            b_nb_0: Default::default(),
-            b_nb_1: Default::default(),
-            b_o0_0: Default::default(),
-            b_o0_1: Default::default(),
             b_grows_0: Default::default(),
             b_grows_1: Default::default(),
             b_grows_2: Default::default(),
@@ -587,18 +576,6 @@ impl Matrix {
             b_grows_5: Default::default(),
             b_grows_6: Default::default(),
             b_grows_7: Default::default(),
-            b_nb_2: Default::default(),
-            b_nb_3: Default::default(),
-            b_nb_4: Default::default(),
-            b_nb_5: Default::default(),
-            b_nb_6: Default::default(),
-            b_nb_7: Default::default(),
-            b_o0_2: Default::default(),
-            b_o0_3: Default::default(),
-            b_o0_4: Default::default(),
-            b_o0_5: Default::default(),
-            b_o0_6: Default::default(),
-            b_o0_7: Default::default(),
             b_base_0: Default::default(),
             b_base_1: Default::default(),
             b_base_2: Default::default(),
@@ -613,7 +590,6 @@ impl Matrix {
             l_base: Default::default(),
             req_k: Default::default(),
             resp_k: Default::default(),
-            o0: Default::default(),
             tok: Default::default(),
             blk: Default::default(),
             step: Default::default(),
@@ -672,7 +648,11 @@ impl Matrix {
             bb_w8: k(WeightFormat::W8.block_bytes() as u64),
             group_rows: k(2 * lanes),
             group_shift: k(u64::from((2 * lanes).trailing_zeros())),
-            ring: k(2 * u64::from(config.weight_row_lines())),
+            ring: k(8 * u64::from(config.weight_row_lines())),
+            quad_mask: k(lanes / 4 - 1),
+            quad_shift: k(u64::from((lanes / 4).trailing_zeros())),
+            lane_shift: k(u64::from((16 * lanes).trailing_zeros())),
+            align_mask: k(opu_hw::weight_layout::WeightLayout::align_bytes(config) - 1),
             f_fmt: f("fmt"),
             f_out: f("out"),
             f_acc: f("acc"),
@@ -715,18 +695,16 @@ impl Matrix {
             pl_lo: Default::default(),
             pl_hi: Default::default(),
             nt1: Default::default(),
-            glen: Default::default(),
+            w_groups: Default::default(),
             g_rows: Default::default(),
             rdy_set: Default::default(),
             rdy_clr: Default::default(),
             bsy_set: Default::default(),
-            r_nb: Default::default(),
-            r_o0: Default::default(),
             r_base: Default::default(),
+            r_quad: Default::default(),
+            r_pos: Default::default(),
             e_grows: Default::default(),
-            e_o0: Default::default(),
             e_base: Default::default(),
-            span_raw: Default::default(),
             ring_take: Default::default(),
             ring_give: Default::default(),
             ring_init: Default::default(),
@@ -758,12 +736,10 @@ impl Logic for Matrix {
         dff_setup!(
             self, clock, state, pc, fmt, f32o, accf, redm, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, rd_pend, macs_total, outstanding, rows_left,
-            grows, gbyte, gout, nbeats, req_k, resp_k, o0, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
+            grows, gout, nbeats, gbytes, req_k, resp_k, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
             rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf,
-            b_nb_0, b_nb_1, b_nb_2, b_nb_3, b_nb_4, b_nb_5, b_nb_6, b_nb_7,
-            b_o0_0, b_o0_1, b_o0_2, b_o0_3, b_o0_4, b_o0_5, b_o0_6, b_o0_7,
             b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_grows_4, b_grows_5, b_grows_6, b_grows_7,
             b_base_0, b_base_1, b_base_2, b_base_3, b_base_4, b_base_5, b_base_6, b_base_7,
             gspan, ring_free, c_base, l_base, ro_grows, ro_gout
@@ -810,111 +786,89 @@ impl Logic for Matrix {
         self.src_end.next = (bit_cast::<32, 20>(self.src.q.val()) << 2) + self.src_len.q.val();
         self.dst_end.next = (bit_cast::<32, 20>(self.dst.q.val()) << 2) + self.dst_len.q.val();
         self.w_byte.next = bit_cast::<48, 32>(self.wline.q.val()) << 5;
-        self.w_len.next = bit_cast::<48, 32>(self.rows.q.val() * self.rb.q.val().get_bits::<16>(0));
+        // the weights' bytes: whole groups of `16 pe_lanes K` bytes (`WeightLayout::matrix_bytes`)
+        self.w_groups.next = bit_cast::<16, 17>(
+            (bit_cast::<17, 16>(self.rows.q.val()) + bit_cast::<17, 16>(self.group_rows.val()) - 1) >> self.group_shift.val(),
+        );
+        self.w_len.next = bit_cast::<48, 32>(self.w_groups.val() * self.gspan.q.val()) << self.lane_shift.val();
         self.ntr.next = bit_cast::<16, 7>(self.ntok.q.val()) * self.rows.q.val();
-        // the group the loader starts next: its rows, and its bytes from its first beat's first byte
+        // the group the loader starts next: its rows
         self.g_rows.next = self.l_rows_left.q.val();
         if self.l_rows_left.q.val() > self.group_rows.val() {
             self.g_rows.next = self.group_rows.val();
         }
-        self.glen.next = bit_cast::<32, 6>(self.l_gbyte.q.val().get_bits::<6>(0)) + (self.g_rows.val() * self.rb.q.val().get_bits::<16>(0));
         self.rdy_set.next = 0.into();
         self.rdy_clr.next = 0.into();
         self.bsy_set.next = 0.into();
         self.ring_take.next = 0.into();
         self.ring_give.next = 0.into();
         self.ring_init.next = false;
-        // the entries' geometry for the response side (r_buf) and for the compute's next group (c_buf)
-        self.r_nb.next = self.b_nb_0.q.val();
-        self.r_o0.next = self.b_o0_0.q.val();
+        // the entries' base units for the response side (r_buf), rows and base for the compute's next group
+        // (c_buf)
         self.r_base.next = self.b_base_0.q.val();
         if self.r_buf.q.val() == 1 {
-            self.r_nb.next = self.b_nb_1.q.val();
-            self.r_o0.next = self.b_o0_1.q.val();
             self.r_base.next = self.b_base_1.q.val();
         }
         if self.r_buf.q.val() == 2 {
-            self.r_nb.next = self.b_nb_2.q.val();
-            self.r_o0.next = self.b_o0_2.q.val();
             self.r_base.next = self.b_base_2.q.val();
         }
         if self.r_buf.q.val() == 3 {
-            self.r_nb.next = self.b_nb_3.q.val();
-            self.r_o0.next = self.b_o0_3.q.val();
             self.r_base.next = self.b_base_3.q.val();
         }
         if self.r_buf.q.val() == 4 {
-            self.r_nb.next = self.b_nb_4.q.val();
-            self.r_o0.next = self.b_o0_4.q.val();
             self.r_base.next = self.b_base_4.q.val();
         }
         if self.r_buf.q.val() == 5 {
-            self.r_nb.next = self.b_nb_5.q.val();
-            self.r_o0.next = self.b_o0_5.q.val();
             self.r_base.next = self.b_base_5.q.val();
         }
         if self.r_buf.q.val() == 6 {
-            self.r_nb.next = self.b_nb_6.q.val();
-            self.r_o0.next = self.b_o0_6.q.val();
             self.r_base.next = self.b_base_6.q.val();
         }
         if self.r_buf.q.val() == 7 {
-            self.r_nb.next = self.b_nb_7.q.val();
-            self.r_o0.next = self.b_o0_7.q.val();
             self.r_base.next = self.b_base_7.q.val();
         }
         self.e_grows.next = self.b_grows_0.q.val();
-        self.e_o0.next = self.b_o0_0.q.val();
         self.e_base.next = self.b_base_0.q.val();
         if self.c_buf.q.val() == 1 {
             self.e_grows.next = self.b_grows_1.q.val();
-            self.e_o0.next = self.b_o0_1.q.val();
             self.e_base.next = self.b_base_1.q.val();
         }
         if self.c_buf.q.val() == 2 {
             self.e_grows.next = self.b_grows_2.q.val();
-            self.e_o0.next = self.b_o0_2.q.val();
             self.e_base.next = self.b_base_2.q.val();
         }
         if self.c_buf.q.val() == 3 {
             self.e_grows.next = self.b_grows_3.q.val();
-            self.e_o0.next = self.b_o0_3.q.val();
             self.e_base.next = self.b_base_3.q.val();
         }
         if self.c_buf.q.val() == 4 {
             self.e_grows.next = self.b_grows_4.q.val();
-            self.e_o0.next = self.b_o0_4.q.val();
             self.e_base.next = self.b_base_4.q.val();
         }
         if self.c_buf.q.val() == 5 {
             self.e_grows.next = self.b_grows_5.q.val();
-            self.e_o0.next = self.b_o0_5.q.val();
             self.e_base.next = self.b_base_5.q.val();
         }
         if self.c_buf.q.val() == 6 {
             self.e_grows.next = self.b_grows_6.q.val();
-            self.e_o0.next = self.b_o0_6.q.val();
             self.e_base.next = self.b_base_6.q.val();
         }
         if self.c_buf.q.val() == 7 {
             self.e_grows.next = self.b_grows_7.q.val();
-            self.e_o0.next = self.b_o0_7.q.val();
             self.e_base.next = self.b_base_7.q.val();
         }
-        // a group's ring positions: the most beats a lane's two rows touch (`OverlayConfig::weight_group_beats`)
-        self.span_raw.next = bit_cast::<16, 32>(((self.rb.q.val() << 1) + 125) >> 6);
         // a response of the group filling entry r_buf (none are taken while draining after a flush)
         self.r_valid.next = self.m_resp.val() & (self.state.q.val() != MatrixState::Drain) & (self.state.q.val() != MatrixState::Idle);
-        self.r_last.next = self.resp_k.q.val() + 1 == self.r_nb.val();
+        self.r_last.next = self.resp_k.q.val() + 1 == self.nbeats.q.val();
+        // beat `k` of a group carries unit `k / (pe_lanes / 4)` of lanes `4 (k mod pe_lanes / 4) ..+ 4`
+        self.r_quad.next = bit_cast::<16, 24>(self.resp_k.q.val() & self.quad_mask.val());
+        self.r_pos.next = self.r_base.val() + bit_cast::<16, 24>(self.resp_k.q.val() >> self.quad_shift.val());
 
         // ---- datapath wiring
-        self.dp.ld_o0.next = self.r_o0.val();
-        self.dp.ld_rb.next = self.rb.q.val().get_bits::<16>(0);
         self.dp.ld_valid.next = self.r_valid.val();
-        self.dp.ld_base.next = self.r_base.val();
-        self.dp.ld_idx.next = self.resp_k.q.val() << 1;
+        self.dp.ld_quad.next = self.r_quad.val();
+        self.dp.ld_pos.next = self.r_pos.val();
         self.dp.ld_line.next = self.m_rdata.val();
-        self.dp.rd_o0.next = self.o0.q.val();
         self.dp.rd_rb.next = self.rb.q.val().get_bits::<16>(0);
         self.dp.rd_base.next = self.c_base.q.val();
         self.dp.rd_off.next = self.woff.q.val();
@@ -926,7 +880,7 @@ impl Logic for Matrix {
         self.dp.f_last.next = self.last_blk.val();
         self.dp.f_xf.next = self.xf.q.val();
         self.m_req.next = false;
-        self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 6) + bit_cast::<48, 16>(self.req_k.q.val()));
+        self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 6) + bit_cast::<48, 24>(self.req_k.q.val()));
 
         // ---- scratchpad: the readout's accesses first, the activation reads when it leaves the port free
         self.ro_read.next = self.ostate.q.val() == OutState::Read;
@@ -1045,13 +999,17 @@ impl Logic for Matrix {
                     self.dst_len.d.next = self.pl_lo.val() + (self.pl_hi.val() << 16) + (bit_cast::<32, 16>(self.rows.q.val()) << 2);
                 }
                 self.state.d.next = MatrixState::Check3;
-                self.gspan.d.next = self.span_raw.val();
-                if self.rb.q.val() > self.max_row.val() {
+                // a lane's share of a group: its two rows in 16-byte units
+                self.gspan.d.next = bit_cast::<16, 32>(((self.rb.q.val() << 1) + 15) >> 4);
+                // a row the ring cannot hold twice, or weights not at a multiple of 16 pe_lanes bytes
+                if (self.rb.q.val() > self.max_row.val()) | ((self.w_byte.val() & self.align_mask.val()) != 0) {
                     self.raise.next = true;
                 }
             }
             MatrixState::Check3 => {
                 self.state.d.next = MatrixState::Check4;
+                self.nbeats.d.next = bit_cast::<24, 16>(self.gspan.q.val()) << self.quad_shift.val();
+                self.gbytes.d.next = bit_cast::<48, 16>(self.gspan.q.val()) << self.lane_shift.val();
                 if ((bit_cast::<32, 20>(self.src.q.val()) << 2) < self.dst_end.val())
                     & ((bit_cast::<32, 20>(self.dst.q.val()) << 2) < self.src_end.val())
                 {
@@ -1074,7 +1032,6 @@ impl Logic for Matrix {
                 // every check passed unless the weights leave device memory; set up group 0
                 self.state.d.next = MatrixState::Group;
                 self.rows_left.d.next = self.rows.q.val();
-                self.gbyte.d.next = self.w_byte.val();
                 self.gout.d.next = 0.into();
                 self.otok.d.next = 0.into();
                 self.otok_byte.d.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
@@ -1111,7 +1068,6 @@ impl Logic for Matrix {
                     self.rd_total.d.next = self.rd_total.q.val() + bit_cast::<64, 48>(self.rd_pend.q.val());
                     self.rd_pend.d.next = 0.into();
                     self.grows.d.next = self.e_grows.val();
-                    self.o0.d.next = self.e_o0.val();
                     self.c_base.d.next = self.e_base.val();
                     self.tok.d.next = 0.into();
                     self.xtok.d.next = bit_cast::<32, 20>(self.src.q.val()) << 2;
@@ -1195,7 +1151,6 @@ impl Logic for Matrix {
                         | ((self.ostate.q.val() == OutState::Idle) & !self.rq1_v.q.val() & !self.rq2_v.q.val()))
                 {
                     self.rows_left.d.next = self.rows_left.q.val() - self.grows.q.val();
-                    self.gbyte.d.next = self.gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
                     self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 1);
                     if self.f32o.q.val() {
                         self.gout.d.next = self.gout.q.val() + (bit_cast::<32, 16>(self.grows.q.val()) << 2);
@@ -1392,57 +1347,40 @@ impl Logic for Matrix {
                     & (self.ring_free.q.val() >= self.gspan.q.val())
                 {
                     self.l_grows.d.next = self.g_rows.val();
-                    self.nbeats.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                     self.req_k.d.next = 0.into();
                     if self.l_buf.q.val() == 0 {
-                        self.b_o0_0.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_0.d.next = self.g_rows.val();
-                        self.b_nb_0.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_0.d.next = self.l_base.q.val();
                     }
                     if self.l_buf.q.val() == 1 {
-                        self.b_o0_1.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_1.d.next = self.g_rows.val();
-                        self.b_nb_1.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_1.d.next = self.l_base.q.val();
                     }
                     if self.l_buf.q.val() == 2 {
-                        self.b_o0_2.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_2.d.next = self.g_rows.val();
-                        self.b_nb_2.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_2.d.next = self.l_base.q.val();
                     }
                     if self.l_buf.q.val() == 3 {
-                        self.b_o0_3.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_3.d.next = self.g_rows.val();
-                        self.b_nb_3.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_3.d.next = self.l_base.q.val();
                     }
                     if self.l_buf.q.val() == 4 {
-                        self.b_o0_4.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_4.d.next = self.g_rows.val();
-                        self.b_nb_4.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_4.d.next = self.l_base.q.val();
                     }
                     if self.l_buf.q.val() == 5 {
-                        self.b_o0_5.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_5.d.next = self.g_rows.val();
-                        self.b_nb_5.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_5.d.next = self.l_base.q.val();
                     }
                     if self.l_buf.q.val() == 6 {
-                        self.b_o0_6.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_6.d.next = self.g_rows.val();
-                        self.b_nb_6.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_6.d.next = self.l_base.q.val();
                     }
                     if self.l_buf.q.val() == 7 {
-                        self.b_o0_7.d.next = self.l_gbyte.q.val().get_bits::<6>(0);
                         self.b_grows_7.d.next = self.g_rows.val();
-                        self.b_nb_7.d.next = bit_cast::<16, 32>((self.glen.val() + 63) >> 6);
                         self.b_base_7.d.next = self.l_base.q.val();
                     }
-                    // the next group's base: after this one's positions, around the ring
+                    // the next group's base: after this one's units, around the ring
                     self.l_base.d.next = (self.l_base.q.val() + self.gspan.q.val()) & (self.ring.val() - 1);
                     self.ring_take.next = self.gspan.q.val();
                     self.lstate.d.next = LoadState::Lines;
@@ -1458,7 +1396,7 @@ impl Logic for Matrix {
                     if self.req_k.q.val() + 1 == self.nbeats.q.val() {
                         self.l_buf.d.next = self.l_buf.q.val() + 1;
                         self.l_rows_left.d.next = self.l_rows_left.q.val() - self.l_grows.q.val();
-                        self.l_gbyte.d.next = self.l_gbyte.q.val() + (bit_cast::<48, 32>(self.rb.q.val()) << self.group_shift.val());
+                        self.l_gbyte.d.next = self.l_gbyte.q.val() + self.gbytes.q.val();
                         self.lstate.d.next = LoadState::Group;
                         if self.l_rows_left.q.val() == self.l_grows.q.val() {
                             self.lstate.d.next = LoadState::Idle;

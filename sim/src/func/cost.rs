@@ -38,6 +38,7 @@ use opu_hw::config::{ISSUE_QUEUE_DEPTH, ROPE_TABLE_CHUNKS};
 use opu_hw::isa::{ExecUnit, Instr, RopeStyle};
 use opu_hw::numerics::vector::{DType, VecOp};
 use opu_hw::numerics::WeightFormat;
+use opu_hw::weight_layout::WeightLayout;
 use opu_hw::OverlayConfig;
 
 /// The work one instruction did.
@@ -151,8 +152,8 @@ impl CostModel {
         use rtl::*;
         let lat = self.mem_latency;
         match *instr {
-            Instr::Matmul { fmt, out, ntok, rows, cols, w: wline, .. } => {
-                let (cycles, compute) = self.matmul(fmt, out, ntok, rows, cols, u64::from(wline) * 32, lead);
+            Instr::Matmul { fmt, out, ntok, rows, cols, .. } => {
+                let (cycles, compute) = self.matmul(fmt, out, ntok, rows, cols, lead);
                 (cycles, cycles.saturating_sub(compute))
             }
             Instr::Vop { op, dd, da, db, rows, n, .. } => {
@@ -226,7 +227,7 @@ impl CostModel {
     /// `(cycles, compute steps)` of a `matmul` on the matrix unit, group by group as the RTL runs it: the
     /// cycles from when the other units are idle, the loader having started `lead` cycles before (an early
     /// issue, [`LoaderLead`]).
-    pub fn matmul(&self, fmt: WeightFormat, out: DType, ntok: u32, rows: u32, cols: u32, w_byte: u64, lead: u64) -> (u64, u64) {
+    pub fn matmul(&self, fmt: WeightFormat, out: DType, ntok: u32, rows: u32, cols: u32, lead: u64) -> (u64, u64) {
         use rtl::*;
         let lane = if fmt == WeightFormat::W4Min { MATMUL_LANE_W4MIN } else { MATMUL_LANE };
         let (block_bytes, steps) = match fmt {
@@ -253,6 +254,7 @@ impl CostModel {
         // once the compute has read group `g - held` (the release cycles of the last `held` groups)
         let rb = u32::try_from(row_bytes).unwrap_or(u32::MAX);
         let held = u64::from(OverlayConfig::weight_groups_in_ring(self.weight_row_lines, rb));
+        let group_bytes = WeightLayout::for_lanes(self.pe_lanes as u32, row_bytes as usize).group_bytes();
         let mut release = vec![0i64; held as usize];
         // when the next group's compute may start (its predecessor's last token captured), and when the
         // readout has stored the last captured token
@@ -260,8 +262,9 @@ impl CostModel {
         let as_i = |c: u64| c as i64;
         for g in 0..groups {
             let grows = group.min(rows - g * group);
-            let o0 = (w_byte + g * group * row_bytes) % beat;
-            let beats = as_i((o0 + grows * row_bytes).div_ceil(beat));
+            // a group's units, every lane's (docs/isa.md: the weights interleaved by lane), a partial
+            // group's too
+            let beats = as_i(group_bytes.div_ceil(beat));
             let slot = (g % held) as usize;
             let start = if g >= held { req_free.max(release[slot] + 1) } else { req_free };
             // a cycle for the group's geometry, then a beat per cycle; the next group's geometry right after
@@ -374,8 +377,8 @@ mod tests {
         let m = CostModel::new(&OverlayConfig::sim());
         // 64 rows of 1536 W4Min columns: 4 groups of 16 x 960 bytes = 240 beats; each group costs its beats
         // plus the loader's cycle, the first also the checks and the latency, the last its compute.
-        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 64, 1536, 0x1000 * 32, 0);
-        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 128, 1536, 0x1000 * 32, 0);
+        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 64, 1536, 0);
+        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 128, 1536, 0);
         assert_eq!(c8 - c4, 4 * 241);
     }
 }

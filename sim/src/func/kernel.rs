@@ -21,6 +21,7 @@ use opu_hw::numerics::align::{align_vector, AlignedBlock};
 use opu_hw::numerics::dot::accumulate_row;
 use opu_hw::numerics::vector::DType;
 use opu_hw::numerics::{WeightFormat, WideAcc, BLOCK};
+use opu_hw::weight_layout::WeightLayout;
 use super::threads::Threads;
 use opu_hw::numerics::acc::TermSum;
 use opu_hw::numerics::dot::accumulate_block_sums;
@@ -484,15 +485,31 @@ pub(crate) struct Kernel {
 pub(crate) struct MatmulJob<'a> {
     pub fmt: WeightFormat,
     pub out: DType,
-    /// The weight rows, `rows x row_bytes`.
+    /// The weight matrix as it lies in device memory (`layout`), `rows` rows.
     pub weights: &'a [u8],
-    pub row_bytes: usize,
+    pub layout: WeightLayout,
+    pub rows: usize,
     /// Per token: the FP16 input (F16 format) ...
     pub raw: &'a [Vec<u16>],
     /// ... and the aligned input (block formats).
     pub acts: &'a [AlignedActs],
     /// With `acc=1`: each output's starting accumulator, `[row][token]`.
     pub init: Option<&'a [WideAcc]>,
+}
+
+impl MatmulJob<'_> {
+    /// Row `r`'s bytes, gathered from its 16-byte units into `buf` (`row_bytes` long); the units of row
+    /// `r + PREFETCH_ROWS` are asked for ahead (a row's units lie `16 x pe_lanes` bytes apart, a stride the
+    /// hardware prefetcher does not always follow).
+    #[inline(always)]
+    fn row<'b>(&self, r: usize, buf: &'b mut [u8]) -> &'b [u8] {
+        let lay = &self.layout;
+        if r + PREFETCH_ROWS < self.rows {
+            lay.for_pieces((r + PREFETCH_ROWS) as u64, |at, _, _| prefetch(self.weights, at, 1));
+        }
+        lay.read_row(self.weights, r as u64, buf);
+        buf
+    }
 }
 
 impl Kernel {
@@ -533,7 +550,7 @@ impl Kernel {
     /// The stored bits (FP16 in the low half, or FP32) of every output, `[row][token]`.
     pub fn matmul(&self, job: &MatmulJob) -> Vec<u32> {
         let ntok = job.raw.len();
-        let rows = job.weights.len() / job.row_bytes;
+        let rows = job.rows;
         let mut out = vec![0u32; rows * ntok];
         // A few chunks per thread balance the load; rows are independent, so any split is exact.
         let chunk = rows.div_ceil(self.threads * 4).max(8);
@@ -572,10 +589,10 @@ unsafe fn rows_avx2_prepped(job: &MatmulJob, first: usize, out: &mut [u32]) {
     let ntok = job.raw.len();
     let mut sq = vec![0i32; job.acts.first().map_or(0, AlignedActs::blocks)];
     let mut prep = avx2::RowPrep::new(job.fmt);
+    let mut buf = vec![0u8; job.layout.row_bytes() as usize];
     for (i, o) in out.chunks_exact_mut(ntok).enumerate() {
         let r = first + i;
-        let row = &job.weights[r * job.row_bytes..(r + 1) * job.row_bytes];
-        prefetch(job.weights, (r + PREFETCH_ROWS) * job.row_bytes, job.row_bytes);
+        let row = job.row(r, &mut buf);
         prep.fill(row);
         for (t, o) in o.iter_mut().enumerate() {
             let mut acc = job.init.map_or(WideAcc::ZERO, |init| init[r * ntok + t]);
@@ -623,10 +640,10 @@ fn prefetch(bytes: &[u8], at: usize, len: usize) {
 fn rows_impl(simd: Simd, job: &MatmulJob, first: usize, out: &mut [u32]) {
     let ntok = job.raw.len();
     let mut sq = vec![0i32; job.acts.first().map_or(0, AlignedActs::blocks)];
+    let mut buf = vec![0u8; job.layout.row_bytes() as usize];
     for (i, o) in out.chunks_exact_mut(ntok).enumerate() {
         let r = first + i;
-        let row = &job.weights[r * job.row_bytes..(r + 1) * job.row_bytes];
-        prefetch(job.weights, (r + PREFETCH_ROWS) * job.row_bytes, job.row_bytes);
+        let row = job.row(r, &mut buf);
         for (t, o) in o.iter_mut().enumerate() {
             let mut acc = job.init.map_or(WideAcc::ZERO, |init| init[r * ntok + t]);
             if job.fmt == WeightFormat::F16 {
@@ -752,13 +769,16 @@ mod tests {
                     (0..ntok).map(|_| (0..nb).flat_map(|_| random_acts(&mut rng)).collect()).collect();
                 let acts: Vec<AlignedActs> = raw.iter().map(|x| AlignedActs::new(x, 16)).collect();
                 let weights: Vec<u8> = (0..rows * nb).flat_map(|_| random_block(&mut rng, fmt)).collect();
+                let layout = WeightLayout::for_lanes(8, nb * fmt.block_bytes());
+                let weights = layout.interleave(&weights);
                 let init: Vec<WideAcc> =
                     (0..rows * ntok).map(|_| WideAcc { fixed: rng.gen::<i64>().into(), nonfinite: false }).collect();
                 let job = MatmulJob {
                     fmt,
                     out,
                     weights: &weights,
-                    row_bytes: nb * fmt.block_bytes(),
+                    layout,
+                    rows,
                     raw: &raw,
                     acts: &acts,
                     init: Some(&init),

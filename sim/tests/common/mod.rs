@@ -68,6 +68,14 @@ pub fn mem_put(sim: &mut FuncSim, line: u32, bytes: &[u8]) {
     sim.mem_write(u64::from(line) * 32, bytes).unwrap();
 }
 
+/// Writes the row-major `rows` (`row_bytes` each) at `line` as `matmul` reads them: interleaved by lane at
+/// the `sim` preset (docs/isa.md, `matmul`). Returns the bytes the matrix takes.
+pub fn mem_put_matrix(sim: &mut FuncSim, line: u32, rows: &[u8], row_bytes: usize) -> u64 {
+    let m = opu_hw::weight_layout::WeightLayout::new(&OverlayConfig::sim(), row_bytes).interleave(rows);
+    mem_put(sim, line, &m);
+    m.len() as u64
+}
+
 pub fn mem_get(sim: &mut FuncSim, line: u32, len: usize) -> Vec<u8> {
     let mut b = vec![0; len];
     sim.mem_read(u64::from(line) * 32, &mut b).unwrap();

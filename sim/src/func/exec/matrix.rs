@@ -7,6 +7,7 @@ use opu_hw::numerics::router;
 use opu_hw::numerics::fp16::f16_to_f32;
 use opu_hw::numerics::vector::{accumulate_square, DType};
 use opu_hw::numerics::{WeightFormat, WideAcc};
+use opu_hw::weight_layout::WeightLayout;
 
 use crate::func::kernel::{AlignedActs, MatmulJob};
 use crate::func::machine::{f16s, line, pad4, require, word, Machine, Span, Trap, ALL_PRESENT};
@@ -29,6 +30,9 @@ impl Machine {
         require(red == RedMode::None || ntok as usize <= NUM_RED)?;
         let row_bytes = fmt.row_bytes(cols as usize).ok_or_else(Trap::bad_operand)?;
         require(row_bytes <= self.max_row_bytes as usize)?;
+        // the weights lie interleaved by lane from a multiple of 16 x pe_lanes bytes (docs/isa.md, `matmul`)
+        let layout = WeightLayout::for_lanes(self.pe_lanes, row_bytes);
+        require(line(u128::from(w)).is_multiple_of(u128::from(WeightLayout::align_for_lanes(self.pe_lanes))))?;
         let (nt, nr, nc) = (u128::from(ntok), u128::from(rows), u128::from(cols));
         let ob = out.bytes() as u128;
         let src_span = Span::vectors(word(src), nt, nc, 2);
@@ -36,7 +40,7 @@ impl Machine {
         require(!src_span.overlaps(&dst_span))?;
         let dst_r = self.spm_range(dst_span)?;
         let src_r = self.spm_range(src_span)?;
-        let w_r = self.mem_range(Span::new(line(u128::from(w)), nr * row_bytes as u128))?;
+        let w_r = self.mem_range(Span::new(line(u128::from(w)), u128::from(layout.matrix_bytes(nr as u64))))?;
 
         let (ntok, rows, cols) = (ntok as usize, rows as usize, cols as usize);
         let (src_pitch, dst_pitch) = (pad4(nc * 2) as usize, pad4(nr * ob) as usize);
@@ -66,7 +70,8 @@ impl Machine {
             fmt,
             out,
             weights: &self.mem[w_r.clone()],
-            row_bytes,
+            layout,
+            rows,
             raw: &raw,
             acts: &acts,
             init: init.as_deref(),
