@@ -96,6 +96,58 @@ impl WeightLayout {
         out
     }
 
+    /// PE lanes of the layout.
+    pub fn lanes(&self) -> u64 {
+        self.lanes
+    }
+
+    /// Where row `row` lies: its group, its lane, and its first byte in the lane's share (0 or `row_bytes`).
+    pub fn share_of(&self, row: u64) -> (u64, u64, u64) {
+        let in_group = row % self.group_rows();
+        (row / self.group_rows(), in_group / 2, (in_group % 2) * self.row_bytes)
+    }
+
+    /// The byte of lane `lane`'s first unit of group `group`; its units follow every [`WeightLayout::unit_stride`]
+    /// bytes.
+    pub fn share_base(&self, group: u64, lane: u64) -> u64 {
+        group * self.group_bytes() + lane * UNIT_BYTES
+    }
+
+    /// Bytes from a lane's unit to its next (a unit for every lane).
+    pub fn unit_stride(&self) -> u64 {
+        self.lanes * UNIT_BYTES
+    }
+
+    /// Lane `lane`'s share of group `group` (its two rows back to back, then the padding) from `matrix` (a
+    /// matrix in this layout) into `out` (at least `16 x lane_units` bytes), a unit at a time.
+    pub fn read_share(&self, matrix: &[u8], group: u64, lane: u64, out: &mut [u8]) {
+        let units = self.lane_units() as usize;
+        let stride = self.unit_stride() as usize;
+        let base = self.share_base(group, lane) as usize;
+        let (chunks, _) = out.as_chunks_mut::<16>();
+        for (u, unit) in chunks[..units].iter_mut().enumerate() {
+            let at = base + u * stride;
+            *unit = matrix[at..at + 16].try_into().expect("16 bytes");
+        }
+    }
+
+    /// Group `group` of `matrix` (a matrix in this layout) into `out` (at least [`WeightLayout::group_bytes`])
+    /// lane by lane: lane `l`'s share (its two rows back to back, then the padding) at `16 l lane_units`.
+    /// A unit at a time.
+    pub fn read_group(&self, matrix: &[u8], group: u64, out: &mut [u8]) {
+        let (units, lanes) = (self.lane_units() as usize, self.lanes as usize);
+        let base = (group * self.group_bytes()) as usize;
+        let src = &matrix[base..base + self.group_bytes() as usize];
+        let (src, _) = src.as_chunks::<16>();
+        let (dst, _) = out.as_chunks_mut::<16>();
+        // lane by lane: its units a unit row apart in the group (in the caches after the first lanes)
+        for (l, share) in dst.chunks_exact_mut(units).take(lanes).enumerate() {
+            for (d, unit) in share.iter_mut().zip(src[l..].iter().step_by(lanes)) {
+                *d = *unit;
+            }
+        }
+    }
+
     /// Row `row` of `matrix` (a matrix in this layout) into `out` (`row_bytes` long).
     pub fn read_row(&self, matrix: &[u8], row: u64, out: &mut [u8]) {
         debug_assert_eq!(out.len() as u64, self.row_bytes);
@@ -156,9 +208,17 @@ mod tests {
             assert_eq!(out, naive(u64::from(lanes), rb as u64, &m), "lanes {lanes} rb {rb} rows {rows}");
             assert_eq!(out.len() as u64, lay.matrix_bytes(rows as u64));
             let mut row = vec![0u8; rb];
+            let mut share = vec![0u8; 16 * lay.lane_units() as usize];
             for r in 0..rows {
                 lay.read_row(&out, r as u64, &mut row);
                 assert_eq!(row, m[r * rb..(r + 1) * rb]);
+                let (g, l, at) = lay.share_of(r as u64);
+                lay.read_share(&out, g, l, &mut share);
+                assert_eq!(share[at as usize..at as usize + rb], m[r * rb..(r + 1) * rb]);
+                let mut group = vec![0u8; lay.group_bytes() as usize];
+                lay.read_group(&out, g, &mut group);
+                let at = (16 * l * lay.lane_units() + at) as usize;
+                assert_eq!(group[at..at + rb], m[r * rb..(r + 1) * rb]);
             }
         }
     }

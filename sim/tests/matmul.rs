@@ -197,3 +197,31 @@ fn nonfinite_inputs_give_nan_and_the_array_waits_for_its_weights() {
     assert_eq!(sim.stats().stall_cycles, stall);
     assert!(stall > 64 && stall < c.cycles - 8, "{stall} of {} cycles", c.cycles);
 }
+
+/// The simulator keeps row-major copies of the matrices it reads (`rowcache`): a write to the weights, by an
+/// instruction or by the host, must be seen by the next `matmul`.
+#[test]
+fn weights_written_between_matmuls_are_read_anew() {
+    let mut r = rng(6);
+    let (fmt, rows, cols) = (WeightFormat::W4Min, 32usize, 64usize);
+    let rb = fmt.row_bytes(cols).unwrap();
+    let mut sim = sim();
+    let x = activations(&mut r, cols);
+    spm_put(&mut sim, 0, &f16_bytes(&x));
+    let matmul = format!("matmul fmt=w4m out=f16 ntok=1 dst=0x100 src=0 rows={rows} cols={cols} w={W}");
+    let m1 = matrix(&mut r, fmt, rows, cols);
+    mem_put_matrix(&mut sim, W, &m1, rb);
+    run_ok(&mut sim, &format!("{matmul}\nend"), &[]);
+    assert_eq!(to_f16s(&spm_get(&sim, 0x100, 2 * rows)), matvec_f16(fmt, &x, &m1, rows, 16));
+    // a `store` over the whole matrix (its new bytes staged in the scratchpad), then the same `matmul`
+    let m2 = matrix(&mut r, fmt, rows, cols);
+    let m2_bytes = opu_hw::weight_layout::WeightLayout::new(&opu_hw::OverlayConfig::sim(), rb).interleave(&m2);
+    spm_put(&mut sim, 0x400, &m2_bytes);
+    run_ok(&mut sim, &format!("store spm=0x400 mem={W} bytes={} idx=r0 stride=0\n{matmul}\nend", m2_bytes.len()), &[]);
+    assert_eq!(to_f16s(&spm_get(&sim, 0x100, 2 * rows)), matvec_f16(fmt, &x, &m2, rows, 16));
+    // the host writes other weights
+    let m3 = matrix(&mut r, fmt, rows, cols);
+    mem_put_matrix(&mut sim, W, &m3, rb);
+    run_ok(&mut sim, &format!("{matmul}\nend"), &[]);
+    assert_eq!(to_f16s(&spm_get(&sim, 0x100, 2 * rows)), matvec_f16(fmt, &x, &m3, rows, 16));
+}

@@ -485,10 +485,12 @@ pub(crate) struct Kernel {
 pub(crate) struct MatmulJob<'a> {
     pub fmt: WeightFormat,
     pub out: DType,
-    /// The weight matrix as it lies in device memory (`layout`), `rows` rows.
+    /// The weight matrix: as it lies in device memory (`layout`), or its rows back to back (`layout` is
+    /// `None`: a row-major copy, `rowcache`), at least `rows` rows of `row_bytes`.
     pub weights: &'a [u8],
-    pub layout: WeightLayout,
+    pub layout: Option<WeightLayout>,
     pub rows: usize,
+    pub row_bytes: usize,
     /// Per token: the FP16 input (F16 format) ...
     pub raw: &'a [Vec<u16>],
     /// ... and the aligned input (block formats).
@@ -497,20 +499,39 @@ pub(crate) struct MatmulJob<'a> {
     pub init: Option<&'a [WideAcc]>,
 }
 
-impl MatmulJob<'_> {
-    /// Row `r`'s bytes, gathered from its 16-byte units into `buf` (`row_bytes` long); the units of row
-    /// `r + PREFETCH_ROWS` are asked for ahead (a row's units lie `16 x pe_lanes` bytes apart, a stride the
-    /// hardware prefetcher does not always follow).
+/// Reads a `matmul`'s rows: from a row-major copy, or out of the lane-interleaved matrix, where a group is
+/// gathered once, in memory order, into its lanes' shares (each lane's two rows back to back) and serves its
+/// rows (the rows go in order; the threads take whole groups, `Kernel::matmul`).
+struct RowReader {
+    group: Vec<u8>,
+    /// The group in `group`.
+    held: Option<u64>,
+}
+
+impl RowReader {
+    fn new(job: &MatmulJob) -> Self {
+        RowReader { group: vec![0u8; job.layout.map_or(0, |l| l.group_bytes() as usize)], held: None }
+    }
+
     #[inline(always)]
-    fn row<'b>(&self, r: usize, buf: &'b mut [u8]) -> &'b [u8] {
-        let lay = &self.layout;
-        if r + PREFETCH_ROWS < self.rows {
-            lay.for_pieces((r + PREFETCH_ROWS) as u64, |at, _, _| prefetch(self.weights, at, 1));
+    fn row<'b>(&'b mut self, job: &'b MatmulJob, r: usize) -> &'b [u8] {
+        let Some(lay) = &job.layout else {
+            prefetch(job.weights, (r + PREFETCH_ROWS) * job.row_bytes, job.row_bytes);
+            return &job.weights[r * job.row_bytes..(r + 1) * job.row_bytes];
+        };
+        let (g, l, at) = lay.share_of(r as u64);
+        if self.held != Some(g) {
+            lay.read_group(job.weights, g, &mut self.group);
+            self.held = Some(g);
         }
-        lay.read_row(self.weights, r as u64, buf);
-        buf
+        let at = (16 * l * lay.lane_units() + at) as usize;
+        &self.group[at..at + job.row_bytes]
     }
 }
+
+/// Rows ahead whose weights are requested from memory while a row is computed (the stream is sequential,
+/// but the hardware prefetcher alone leaves the kernel waiting on a matrix that does not fit the caches).
+const PREFETCH_ROWS: usize = 4;
 
 impl Kernel {
     pub fn new(threads: usize) -> Self {
@@ -552,8 +573,10 @@ impl Kernel {
         let ntok = job.raw.len();
         let rows = job.rows;
         let mut out = vec![0u32; rows * ntok];
-        // A few chunks per thread balance the load; rows are independent, so any split is exact.
-        let chunk = rows.div_ceil(self.threads * 4).max(8);
+        // A few chunks per thread balance the load; rows are independent, so any split is exact. Whole row
+        // groups: a thread gathers each group it computes once (`RowReader`).
+        let group = job.layout.map_or(1, |l| l.group_rows() as usize);
+        let chunk = rows.div_ceil(self.threads * 4).max(8).next_multiple_of(group);
         self.for_each_chunk(&mut out, chunk * ntok, |first, o| self.rows(job, first / ntok, o));
         out
     }
@@ -589,10 +612,10 @@ unsafe fn rows_avx2_prepped(job: &MatmulJob, first: usize, out: &mut [u32]) {
     let ntok = job.raw.len();
     let mut sq = vec![0i32; job.acts.first().map_or(0, AlignedActs::blocks)];
     let mut prep = avx2::RowPrep::new(job.fmt);
-    let mut buf = vec![0u8; job.layout.row_bytes() as usize];
+    let mut reader = RowReader::new(job);
     for (i, o) in out.chunks_exact_mut(ntok).enumerate() {
         let r = first + i;
-        let row = job.row(r, &mut buf);
+        let row = reader.row(job, r);
         prep.fill(row);
         for (t, o) in o.iter_mut().enumerate() {
             let mut acc = job.init.map_or(WideAcc::ZERO, |init| init[r * ntok + t]);
@@ -612,10 +635,6 @@ fn store_bits(out: DType, acc: &WideAcc) -> u32 {
         DType::F32 => acc.to_f32().to_bits(),
     }
 }
-
-/// Rows ahead whose weights are requested from memory while a row is computed (the stream is sequential,
-/// but the hardware prefetcher alone leaves the kernel waiting on a matrix that does not fit the caches).
-const PREFETCH_ROWS: usize = 4;
 
 /// Asks for the cache lines of `bytes[at..at + len]` (those inside `bytes`), without waiting.
 #[inline(always)]
@@ -640,10 +659,10 @@ fn prefetch(bytes: &[u8], at: usize, len: usize) {
 fn rows_impl(simd: Simd, job: &MatmulJob, first: usize, out: &mut [u32]) {
     let ntok = job.raw.len();
     let mut sq = vec![0i32; job.acts.first().map_or(0, AlignedActs::blocks)];
-    let mut buf = vec![0u8; job.layout.row_bytes() as usize];
+    let mut reader = RowReader::new(job);
     for (i, o) in out.chunks_exact_mut(ntok).enumerate() {
         let r = first + i;
-        let row = job.row(r, &mut buf);
+        let row = reader.row(job, r);
         for (t, o) in o.iter_mut().enumerate() {
             let mut acc = job.init.map_or(WideAcc::ZERO, |init| init[r * ntok + t]);
             if job.fmt == WeightFormat::F16 {
@@ -770,15 +789,16 @@ mod tests {
                 let acts: Vec<AlignedActs> = raw.iter().map(|x| AlignedActs::new(x, 16)).collect();
                 let weights: Vec<u8> = (0..rows * nb).flat_map(|_| random_block(&mut rng, fmt)).collect();
                 let layout = WeightLayout::for_lanes(8, nb * fmt.block_bytes());
-                let weights = layout.interleave(&weights);
+                let interleaved = layout.interleave(&weights);
                 let init: Vec<WideAcc> =
                     (0..rows * ntok).map(|_| WideAcc { fixed: rng.gen::<i64>().into(), nonfinite: false }).collect();
                 let job = MatmulJob {
                     fmt,
                     out,
                     weights: &weights,
-                    layout,
+                    layout: None,
                     rows,
+                    row_bytes: nb * fmt.block_bytes(),
                     raw: &raw,
                     acts: &acts,
                     init: Some(&init),
@@ -788,6 +808,10 @@ mod tests {
                 let want = portable.matmul(&job);
                 assert_eq!(Kernel::new(1).matmul(&job), want, "{fmt:?} {out:?}");
                 assert_eq!(Kernel::new(2).matmul(&job), want, "{fmt:?} {out:?}, 2 threads");
+                // the same rows read out of the lane-interleaved matrix
+                let job = MatmulJob { weights: &interleaved, layout: Some(layout), ..job };
+                assert_eq!(Kernel::new(1).matmul(&job), want, "{fmt:?} {out:?}, interleaved");
+                assert_eq!(Kernel::new(2).matmul(&job), want, "{fmt:?} {out:?}, interleaved, 2 threads");
             }
         }
     }

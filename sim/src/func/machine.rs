@@ -10,6 +10,7 @@ use opu_hw::OverlayConfig;
 
 use super::cost::{CostModel, LoaderLead, Work};
 use super::kernel::Kernel;
+use super::rowcache::RowCache;
 use super::stats::{Counters, RegionTable};
 
 /// `kv_present` value that turns presence tracking off (every position present).
@@ -134,6 +135,8 @@ pub(crate) struct Machine {
     pub red: [WideAcc; NUM_RED],
     pub csr: [u32; Csr::ALL.len()],
 
+    /// Row-major copies of the `matmul` matrices read, while their memory is not written.
+    pub row_cache: RowCache,
     pub counters: Counters,
     pub regions: RegionTable,
     /// Work of the instruction being executed, for the counters and the cycle estimate at retirement.
@@ -164,6 +167,7 @@ impl Machine {
             p: [false; NUM_PREDS],
             red: [WideAcc::ZERO; NUM_RED],
             csr: [0; Csr::ALL.len()],
+            row_cache: RowCache::default(),
             counters: Counters::default(),
             regions: RegionTable::default(),
             work: Work::default(),
@@ -223,6 +227,7 @@ impl Machine {
         self.work.bytes_written += n;
         self.work.mem_lines_written += lines_touched(r);
         self.regions.record(r.start as u64, n, true);
+        self.row_cache.written(r);
     }
 
     /// FP16 elements (little-endian) of the scratchpad.

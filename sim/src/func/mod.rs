@@ -18,6 +18,7 @@ mod kernel;
 mod machine;
 mod mmio;
 mod program;
+mod rowcache;
 mod score;
 mod stats;
 mod threads;

@@ -66,12 +66,15 @@ impl Machine {
             }
             init
         });
+        // a row-major copy of the matrix where one is kept (`rowcache`), else the matrix as it lies
+        let copy = self.row_cache.rows(&self.mem, w_r.clone(), &layout, rows as u64);
         let job = MatmulJob {
             fmt,
             out,
-            weights: &self.mem[w_r.clone()],
-            layout,
+            weights: copy.as_deref().map_or(&self.mem[w_r.clone()], |c| &c[..]),
+            layout: if copy.is_some() { None } else { Some(layout) },
             rows,
+            row_bytes,
             raw: &raw,
             acts: &acts,
             init: init.as_deref(),
