@@ -511,13 +511,13 @@ impl Image {
     fn lay_out(&self, m: &QuantMatrix) -> Vec<u8> {
         WeightLayout::for_lanes(self.pe_lanes, m.format.row_bytes(m.cols).expect("validated")).interleave(&m.bytes)
     }
-    /// Places a matrix (at 4 KiB, a multiple of the layout's alignment, `16 x pe_lanes` bytes, for up to
-    /// 256 lanes); returns its address and format, and its end.
+    /// Places a matrix at a multiple of the layout's alignment (`16 x pe_lanes` bytes, and of 4 KiB); returns
+    /// its address and format, and its end.
     fn put_matrix(&mut self, m: QuantMatrix) -> ((u64, WeightFormat), u64) {
         let bytes = self.lay_out(&m);
         let len = bytes.len() as u64;
-        let at = self.put(&m.name, "weights", bytes);
-        debug_assert!(at.is_multiple_of(WeightLayout::align_for_lanes(self.pe_lanes)));
+        let at = self.plan.place_aligned(&m.name, "weights", len, WeightLayout::align_for_lanes(self.pe_lanes));
+        self.data.push((m.name, at, bytes));
         ((at, m.format), at + len)
     }
     /// Places a matrix right after the one placed before it (`prev`, as [`Image::put_matrix`] returned it),

@@ -19,6 +19,12 @@ impl DevicePlan {
         self.next = self.next.div_ceil(REGION_ALIGN) * REGION_ALIGN;
         self.place_at_end(name, kind, bytes)
     }
+    /// Places a region of `bytes` at a multiple of `align` (and of 4 KiB) and returns its byte address.
+    pub fn place_aligned(&mut self, name: &str, kind: &str, bytes: u64, align: u64) -> u64 {
+        let align = align.max(REGION_ALIGN);
+        self.next = self.next.div_ceil(align) * align;
+        self.place_at_end(name, kind, bytes)
+    }
     /// Places a region of `bytes` right at the end of the last one (no alignment beyond that end's) and
     /// returns its byte address.
     pub fn place_at_end(&mut self, name: &str, kind: &str, bytes: u64) -> u64 {

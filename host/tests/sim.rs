@@ -91,6 +91,34 @@ fn the_prefill_batch_is_what_the_scratchpad_holds() {
     assert_eq!(bits(&run(&small)), bits(&run(&full)), "a prefill of {n} tokens at a time changes the logits");
 }
 
+/// The weights lie interleaved by PE lane (docs/isa.md, `matmul`), so the image differs with the lane
+/// count, but not the arithmetic: overlays of 4, 8 (`sim`) and 512 lanes (whose weights the plan aligns to
+/// 8 KiB, past its 4 KiB regions) give the same logits, bit for bit, with partial row groups everywhere.
+#[test]
+fn the_logits_do_not_depend_on_the_lane_count() {
+    single_thread();
+    let g = tiny();
+    let tokens: Vec<u32> = (0..7).map(|i| (i * 13 + 5) % 96).collect();
+    let bits = |c: &OverlayConfig| {
+        let mut sim = SimBackend::open(&g, c, &CompileOptions::default(), 1).unwrap();
+        sim.forward(&tokens, true).unwrap().iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    let want = bits(&OverlayConfig::sim());
+    for lanes in [4u32, 512] {
+        let c = OverlayConfig { pe_lanes: lanes, weight_fifo_bytes: 1 << 20, ..OverlayConfig::sim() };
+        c.validate().unwrap();
+        let compiled = opu_compiler::compile(&g, &c, &CompileOptions::default()).unwrap();
+        for s in compiled.container.sections.iter().filter(|s| s.kind == opu_hw::SectionKind::Code) {
+            for i in opu_hw::isa::decode_program(&s.data).unwrap() {
+                if let opu_hw::Instr::Matmul { w, .. } = i {
+                    assert_eq!(u64::from(w) * 32 % (16 * u64::from(lanes)), 0, "{lanes} lanes: weights at line {w:#x}");
+                }
+            }
+        }
+        assert!(bits(&c) == want, "{lanes} lanes: other logits than at 8");
+    }
+}
+
 #[test]
 fn a_program_for_another_overlay_is_refused_by_the_device() {
     let g = tiny();

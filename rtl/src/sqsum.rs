@@ -4,9 +4,11 @@
 //! ([`accumulate_square`] into a [`WideAcc`]) value by value, extremes included.
 //!
 //! Inputs: a 32-byte chunk `ch` as stored (16 FP16 halves, or with `f32` 8 FP32 words) and `mask` (bit `k`:
-//! value `k` takes part). Outputs, one edge later: the sum of the squares on the accumulator's 2^-32 grid and
-//! its non-finite flag (a non-finite value, or a square of 2^78 units or more; the sum's bits are then
-//! unspecified, as the accumulator's are).
+//! value `k` takes part). Outputs, [`SQSUM_LATENCY`] edges later: the sum of the squares on the accumulator's
+//! 2^-32 grid and its non-finite flag (a non-finite value, or a square of 2^78 units or more; the sum's bits
+//! are then unspecified, as the accumulator's are). The unit is the matrix datapath's pipeline of
+//! `vx_sqsum`'s four stages (`vx_sqp1` .. `vx_sqp4`), a chunk per cycle; the vector datapath chains the same
+//! stages in one (`vx_sqsum`).
 
 use crate::lane::{acc_bits, ModelState, ACC_BITS};
 use crate::vecunit::dp::VX_FUNCTIONS;
@@ -14,6 +16,10 @@ use opu_hw::numerics::acc::WideAcc;
 use opu_hw::numerics::fp16::f16_to_f32;
 use opu_hw::numerics::vector::accumulate_square;
 use rust_hdl::prelude::*;
+
+/// Edges from a chunk to its sum: the stages of `vx_sqsum` (squares, shifts, sums of four, the sum), each
+/// registered for the 225 MHz budget.
+pub const SQSUM_LATENCY: usize = 4;
 
 /// The sum of the squares of `ch`'s values whose bit in `mask` is set, as opu-hw computes it.
 pub fn chunk_sum_of_squares(ch: &[u8; 32], f32_values: bool, mask: u16) -> WideAcc {
@@ -40,7 +46,8 @@ pub struct SqSum {
     pub mask: Signal<In, Bits<16>>,
     pub sum: Signal<Out, Signed<ACC_BITS>>,
     pub nf: Signal<Out, Bit>,
-    model: ModelState<()>,
+    /// The chunks' sums in the stages, the newest first.
+    model: ModelState<[WideAcc; SQSUM_LATENCY - 1]>,
 }
 
 impl Logic for SqSum {
@@ -51,8 +58,12 @@ impl Logic for SqSum {
         let v = self.ch.val();
         let ch: [u8; 32] = std::array::from_fn(|k| v.get_bits::<8>(8 * k).to_u64() as u8);
         let acc = chunk_sum_of_squares(&ch, self.f32.val(), self.mask.val().to_u64() as u16);
-        self.sum.next = acc_bits(acc.fixed);
-        self.nf.next = acc.nonfinite;
+        let stages = &mut self.model.0;
+        let out = stages[SQSUM_LATENCY - 2];
+        stages.copy_within(0..SQSUM_LATENCY - 2, 1);
+        stages[0] = acc;
+        self.sum.next = acc_bits(out.fixed);
+        self.nf.next = out.nonfinite;
     }
     fn connect(&mut self) {
         self.sum.connect();
@@ -61,7 +72,15 @@ impl Logic for SqSum {
     fn hdl(&self) -> Verilog {
         Verilog::Custom(format!(
             "{VX_FUNCTIONS}\
-always @(posedge clock) {{nf, sum}} <= vx_sqsum(ch, f32, mask);
+reg [920:0] p1;
+reg [1680:0] p2;
+reg [428:0] p3;
+always @(posedge clock) begin
+    p1 <= vx_sqp1(ch, f32, mask);
+    p2 <= vx_sqp2(p1);
+    p3 <= vx_sqp3(p2);
+    {{nf, sum}} <= vx_sqp4(p3);
+end
 "
         ))
     }

@@ -16,7 +16,7 @@ mod models {
     use opu_rtl::testing::{RouterBeat, RouterJob};
     use opu_rtl::round::ROUND_LATENCY;
     use opu_rtl::testing::accumulator_values;
-    use opu_rtl::sqsum::chunk_sum_of_squares;
+    use opu_rtl::sqsum::{chunk_sum_of_squares, SQSUM_LATENCY};
     use opu_rtlsim::rtl::{Align, Array, Lane, Round, Router, Sqsum};
 
     const MODES: [WeightFormat; 3] = [WeightFormat::W4Min, WeightFormat::W4, WeightFormat::W8];
@@ -319,7 +319,8 @@ mod models {
         eprintln!("router: {products} products equal to opu-hw ({skips} skips in {decisions}), {} cycles", m.cycles());
     }
 
-    /// The fused sum of squares (`vx_sqsum`, the matrix and vector datapaths' `red`) against opu-hw's
+    /// The fused sum of squares (`vx_sqsum`'s four stages as the matrix datapath pipelines them, a chunk per
+    /// cycle; the vector datapath chains them, `red` of both) against opu-hw's
     /// `accumulate_square` into a `WideAcc`: every FP16 value, every FP32 exponent (the sums' limits: a
     /// square of 2^78 units or more is non-finite, exponent 149 is the last finite one for any significand,
     /// below 111 a square floors to 0), and 10^6 chunks of random bits, values near those limits and random
@@ -370,13 +371,16 @@ mod models {
             chunks.push((ch, f32v, mask));
         }
         let (mut finite, mut nonfinite) = (0u64, 0u64);
-        for c in &chunks {
-            let words: Vec<u32> = c.0.chunks(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+        // a chunk per cycle into the pipeline: chunk i's sum is on the outputs after edge i + SQSUM_LATENCY - 1
+        // (zero chunks flush the last ones out)
+        let flush = ([0u8; 32], false, 0u16);
+        for (i, input) in chunks.iter().chain(std::iter::repeat_n(&flush, SQSUM_LATENCY - 1)).enumerate() {
+            let words: Vec<u32> = input.0.chunks(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
             m.set_ch_words(&words);
-            m.set_f32(c.1.into());
-            m.set_mask(c.2.into());
-            // one register stage: the chunk's sum is on the outputs after this edge
+            m.set_f32(input.1.into());
+            m.set_mask(input.2.into());
             m.tick();
+            let Some(c) = i.checked_sub(SQSUM_LATENCY - 1).map(|j| &chunks[j]) else { continue };
             let want = chunk_sum_of_squares(&c.0, c.1, c.2);
             let (sum, nf) = (m.sum(), m.nf() != 0);
             assert_eq!(nf, want.nonfinite, "non-finite flag of {:02x?} f32 {} mask {:04x}", c.0, c.1, c.2);

@@ -28,7 +28,7 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2732),
     ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2740),
     ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 362),
-    ("matmul fmt=w4m out=f16 acc=1 red=set ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1675),
+    ("matmul fmt=w4m out=f16 acc=1 red=set ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1678),
     ("matmul fmt=w4 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=1536 w=0x1004", 1144),
     // matmul, one token, short rows: each group's capture waits for the last one's readout (which runs
     // beside the next group's compute)

@@ -56,8 +56,17 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
     input wire [15:0] sq_mask;
     output reg [96:0] sq_out;
 {vx}
-    // the fused reduction: the squares of a stored output chunk, summed (one edge)
-    always @(posedge clock) sq_out <= vx_sqsum(sq_chunk, sq_f32, sq_mask);
+    // the fused reduction: the squares of a stored output chunk, summed in four stages (`SQSUM_LATENCY`
+    // edges: `vx_sqsum`'s stages, for the 225 MHz budget)
+    reg [920:0] sq_p1;
+    reg [1680:0] sq_p2;
+    reg [428:0] sq_p3;
+    always @(posedge clock) begin
+        sq_p1 <= vx_sqp1(sq_chunk, sq_f32, sq_mask);
+        sq_p2 <= vx_sqp2(sq_p1);
+        sq_p3 <= vx_sqp3(sq_p2);
+        sq_out <= vx_sqp4(sq_p3);
+    end
     wire [{wb}:0] w;
     wire [{db}:0] dm;
     wire [{ab}:0] acc;
@@ -164,7 +173,7 @@ pub struct MatrixDatapath {
     pub o_nf0: Signal<Out, Bit>,
     pub o_nf1: Signal<Out, Bit>,
     /// `{nf, sum}` of the squares of `sq_chunk`'s values whose bit in `sq_mask` is set (16 FP16, or 8 FP32
-    /// with `sq_f32`), one edge later (`vecunit::dp`'s `vx_sqsum`).
+    /// with `sq_f32`), `sqsum::SQSUM_LATENCY` edges later (`vecunit::dp`'s `vx_sqsum`, in its stages).
     pub sq_chunk: Signal<In, Bits<256>>,
     pub sq_f32: Signal<In, Bit>,
     pub sq_mask: Signal<In, Bits<16>>,

@@ -98,73 +98,122 @@ function automatic [31:0] vx_key(input [31:0] x);
       vx_key = z[31] ? ~z : {1'b1, z[30:0]};
    end
 endfunction
-// {nf, term}: the square of an FP32 x on the accumulator's 2^-32 grid, floored (WideAcc::add_scaled of
+// The square of an FP32 x on the accumulator's 2^-32 grid, floored (WideAcc::add_scaled of
 // accumulate_square): sig^2 * 2^(2 e - 268), e the exponent field, sig the significand; past 2^78 units,
 // infinite or NaN: nf. Zero and subnormals give 0 (sig^2 < 2^46 at a shift of -266). A normal sig^2 has its
 // leading one at bit 46 or 47, so no leading-one search: with k = 2 e - 221 (the shift plus 47, always odd),
 // the term is 0 for k < 0 (e < 111), (sig^2 << k) >> 47 up to k = 77 (below 2^78), nf from k = 79 (e >= 150:
-// past 2^78 whichever bit leads).
-function automatic [79:0] vx_sq(input [31:0] x);
+// past 2^78 whichever bit leads). The square of an FP16 h on the same grid is exact (h^2 < 2^32 never
+// overflows): sig^2 * 2^(2 E - 18) with sig the 11-bit significand, E the exponent field (1 for
+// subnormals); nf for infinities and NaN.
+// The sum of squares in stages, for the 225 MHz budget (`vx_sqsum` is these stages chained): (1) each
+// value's class, significand square and shift (a masked-off value is a zero), (2) each square shifted onto
+// the accumulator grid, (3) sums of four terms, (4) the chunk's sum and flag. Every stage is exact integer
+// work, so the chained stages give `vx_sqsum`'s bits.
+// stage 1 -> 2, per FP32 value k (57 bits at 57 k): {nf, zero, sq[47:0], k[6:0]}; per FP16 value k (29 bits
+// at 456 + 29 k): {nf, sq[21:0], j[5:0]}; bit 920: f32
+function automatic [920:0] vx_sqp1(input [255:0] ch, input f32, input [15:0] mask);
+   reg [31:0] x;
+   reg [15:0] h;
    reg [23:0] sig;
+   reg [10:0] sigh;
+   reg [8:0] kk;
    reg [47:0] sq;
-   reg [125:0] w;
-   reg [8:0] k;
+   reg [21:0] sqh;
+   reg nf, zero;
+   integer k;
    begin
-      sig = {1'b1, x[22:0]};
-      sq = sig * sig;
-      k = {x[30:23], 1'b0} - 9'd221;
-      w = {78'd0, sq} << k[6:0];
-      if (x[30:23] == 8'hFF) vx_sq = {1'b1, 79'd0};
-      else if (x[30:23] < 8'd111) vx_sq = 80'd0;
-      else if (x[30:23] >= 8'd150) vx_sq = {1'b1, 79'd0};
-      else vx_sq = {1'b0, w[125:47]};
+      vx_sqp1 = 921'd0;
+      for (k = 0; k < 8; k = k + 1) begin
+         x = ch[32 * k +: 32];
+         sig = {1'b1, x[22:0]};
+         kk = {x[30:23], 1'b0} - 9'd221;
+         nf = mask[k] & ((x[30:23] == 8'hFF) | (x[30:23] >= 8'd150));
+         zero = !mask[k] | (x[30:23] < 8'd111);
+         sq = sig * sig;
+         vx_sqp1[57 * k +: 57] = {nf, zero, sq, kk[6:0]};
+      end
+      for (k = 0; k < 16; k = k + 1) begin
+         h = ch[16 * k +: 16];
+         sigh = {h[14:10] != 5'd0, h[9:0]};
+         sqh = sigh * sigh;
+         if (!mask[k]) sqh = 22'd0;
+         kk[5:0] = (h[14:10] == 5'd0) ? 6'd0 : {h[14:10], 1'b0} - 6'd2;
+         vx_sqp1[456 + 29 * k +: 29] = {mask[k] & (h[14:10] == 5'h1F), sqh, kk[5:0]};
+      end
+      vx_sqp1[920] = f32;
    end
 endfunction
-// the square of an FP16 h on the same grid, exact (vx_sq(vx_h2f(h)): h^2 < 2^32 never overflows):
-// sig^2 * 2^(2 E - 18) with sig the 11-bit significand, E the exponent field (1 for subnormals);
-// {nf, term}, nf for infinities and NaN
-function automatic [64:0] vx_sqh(input [15:0] h);
-   reg [10:0] sig;
-   reg [21:0] sq;
-   reg [79:0] w;
-   reg [5:0] j;
+// stage 2 -> 3: the terms, FP32 k at 80 k: {nf, term[78:0]}; FP16 k at 640 + 65 k: {nf, term[63:0]}; bit
+// 1680: f32
+function automatic [1680:0] vx_sqp2(input [920:0] p);
+   reg [56:0] v32;
+   reg [28:0] v16;
+   reg [125:0] w;
+   reg [79:0] wh;
+   integer k;
    begin
-      sig = {h[14:10] != 5'd0, h[9:0]};
-      sq = sig * sig;
-      j = (h[14:10] == 5'd0) ? 6'd0 : {h[14:10], 1'b0} - 6'd2;
-      w = {58'd0, sq} << j;
-      vx_sqh = (h[14:10] == 5'h1F) ? {1'b1, 64'd0} : {1'b0, w[79:16]};
+      vx_sqp2 = 1681'd0;
+      for (k = 0; k < 8; k = k + 1) begin
+         v32 = p[57 * k +: 57];
+         w = {78'd0, v32[54:7]} << v32[6:0];
+         vx_sqp2[80 * k +: 80] = {v32[56], (v32[56] | v32[55]) ? 79'd0 : w[125:47]};
+      end
+      for (k = 0; k < 16; k = k + 1) begin
+         v16 = p[456 + 29 * k +: 29];
+         wh = {58'd0, v16[27:6]} << v16[5:0];
+         vx_sqp2[640 + 65 * k +: 65] = {v16[28], v16[28] ? 64'd0 : wh[79:16]};
+      end
+      vx_sqp2[1680] = p[920];
+   end
+endfunction
+// stage 3 -> 4: sums of four terms, FP32 at 81 i (i < 2), FP16 at 162 + 66 i (i < 4); 426: nf of the FP32
+// terms, 427: of the FP16 ones; 428: f32
+function automatic [428:0] vx_sqp3(input [1680:0] p);
+   reg [80:0] s;
+   reg [65:0] sh;
+   reg nf32, nf16;
+   integer i, k;
+   begin
+      vx_sqp3 = 429'd0;
+      nf32 = 1'b0;
+      nf16 = 1'b0;
+      for (i = 0; i < 2; i = i + 1) begin
+         s = 81'd0;
+         for (k = 4 * i; k < 4 * i + 4; k = k + 1) begin
+            s = s + {2'd0, p[80 * k +: 79]};
+            nf32 = nf32 | p[80 * k + 79];
+         end
+         vx_sqp3[81 * i +: 81] = s;
+      end
+      for (i = 0; i < 4; i = i + 1) begin
+         sh = 66'd0;
+         for (k = 4 * i; k < 4 * i + 4; k = k + 1) begin
+            sh = sh + {2'd0, p[640 + 65 * k +: 64]};
+            nf16 = nf16 | p[640 + 65 * k + 64];
+         end
+         vx_sqp3[162 + 66 * i +: 66] = sh;
+      end
+      vx_sqp3[426] = nf32;
+      vx_sqp3[427] = nf16;
+      vx_sqp3[428] = p[1680];
+   end
+endfunction
+// stage 4: {nf, sum}
+function automatic [96:0] vx_sqp4(input [428:0] p);
+   reg [81:0] s32;
+   reg [67:0] s16;
+   begin
+      s32 = {1'd0, p[80:0]} + {1'd0, p[161:81]};
+      s16 = {2'd0, p[227:162]} + {2'd0, p[293:228]} + {2'd0, p[359:294]} + {2'd0, p[425:360]};
+      vx_sqp4 = p[428] ? {p[426], 14'd0, s32} : {p[427], 28'd0, s16};
    end
 endfunction
 // {nf, sum}: the squares of a 32-byte chunk's values as stored, 16 FP16 halves or (f32) 8 FP32 words,
 // those whose bit in `mask` is set, summed on the accumulator grid (each kind in its own adder tree: 8
-// terms below 2^79, 16 below 2^64)
+// terms below 2^79, 16 below 2^64): the stages above in one
 function automatic [96:0] vx_sqsum(input [255:0] ch, input f32, input [15:0] mask);
-   reg [79:0] t;
-   reg [64:0] th;
-   reg [81:0] s32;
-   reg [67:0] s16;
-   reg nf32, nf16;
-   integer k;
-   begin
-      s32 = 82'd0;
-      s16 = 68'd0;
-      nf32 = 1'b0;
-      nf16 = 1'b0;
-      for (k = 0; k < 8; k = k + 1)
-         if (mask[k]) begin
-            t = vx_sq(ch[32 * k +: 32]);
-            s32 = s32 + {3'd0, t[78:0]};
-            nf32 = nf32 | t[79];
-         end
-      for (k = 0; k < 16; k = k + 1)
-         if (mask[k]) begin
-            th = vx_sqh(ch[16 * k +: 16]);
-            s16 = s16 + {4'd0, th[63:0]};
-            nf16 = nf16 | th[64];
-         end
-      vx_sqsum = f32 ? {nf32, 14'd0, s32} : {nf16, 28'd0, s16};
-   end
+   vx_sqsum = vx_sqp4(vx_sqp3(vx_sqp2(vx_sqp1(ch, f32, mask))));
 endfunction
 ";
 

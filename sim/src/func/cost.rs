@@ -35,7 +35,7 @@
 //! compute steps); 0 for the other instructions.
 
 use opu_hw::config::{ISSUE_QUEUE_DEPTH, ROPE_TABLE_CHUNKS};
-use opu_hw::isa::{ExecUnit, Instr, RopeStyle};
+use opu_hw::isa::{ExecUnit, Instr, RedMode, RopeStyle};
 use opu_hw::numerics::vector::{DType, VecOp};
 use opu_hw::numerics::WeightFormat;
 use opu_hw::weight_layout::WeightLayout;
@@ -88,6 +88,9 @@ mod rtl {
     pub const MATMUL_EARLY_ISSUE: u64 = 4;
     /// The matrix unit's last cycles after the last group's outputs.
     pub const MATMUL_FINISH: u64 = 2;
+    /// With `red`, the last chunk's way after its write: the sum of squares' four stages and the
+    /// read-modify-write of `RED`.
+    pub const MATMUL_RED_DRAIN: u64 = 5;
     /// The vector unit: checks, the lanes' depth and the store.
     pub const VECTOR_BASE: u64 = 198;
     /// `rmsnorm`: the inverse root of a row (its `rms_inv` through a lane) before the row streams.
@@ -152,8 +155,8 @@ impl CostModel {
         use rtl::*;
         let lat = self.mem_latency;
         match *instr {
-            Instr::Matmul { fmt, out, ntok, rows, cols, .. } => {
-                let (cycles, compute) = self.matmul(fmt, out, ntok, rows, cols, lead);
+            Instr::Matmul { fmt, out, red, ntok, rows, cols, .. } => {
+                let (cycles, compute) = self.matmul(fmt, out, red != RedMode::None, ntok, rows, cols, lead);
                 (cycles, cycles.saturating_sub(compute))
             }
             Instr::Vop { op, dd, da, db, rows, n, .. } => {
@@ -227,7 +230,7 @@ impl CostModel {
     /// `(cycles, compute steps)` of a `matmul` on the matrix unit, group by group as the RTL runs it: the
     /// cycles from when the other units are idle, the loader having started `lead` cycles before (an early
     /// issue, [`LoaderLead`]).
-    pub fn matmul(&self, fmt: WeightFormat, out: DType, ntok: u32, rows: u32, cols: u32, lead: u64) -> (u64, u64) {
+    pub fn matmul(&self, fmt: WeightFormat, out: DType, red: bool, ntok: u32, rows: u32, cols: u32, lead: u64) -> (u64, u64) {
         use rtl::*;
         let lane = if fmt == WeightFormat::W4Min { MATMUL_LANE_W4MIN } else { MATMUL_LANE };
         let (block_bytes, steps) = match fmt {
@@ -283,7 +286,8 @@ impl CostModel {
             next_start = t + as_i(MATMUL_NEXT_GROUP);
             compute += ntok * nb * steps;
         }
-        ((readout_end + as_i(MATMUL_FINISH)) as u64, compute)
+        let drain = if red { MATMUL_RED_DRAIN } else { 0 };
+        ((readout_end + as_i(MATMUL_FINISH + drain)) as u64, compute)
     }
 }
 
@@ -377,8 +381,8 @@ mod tests {
         let m = CostModel::new(&OverlayConfig::sim());
         // 64 rows of 1536 W4Min columns: 4 groups of 16 x 960 bytes = 240 beats; each group costs its beats
         // plus the loader's cycle, the first also the checks and the latency, the last its compute.
-        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 64, 1536, 0);
-        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, 1, 128, 1536, 0);
+        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, false, 1, 64, 1536, 0);
+        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, false, 1, 128, 1536, 0);
         assert_eq!(c8 - c4, 4 * 241);
     }
 }
