@@ -107,30 +107,6 @@ impl WeightLayout {
         (row / self.group_rows(), in_group / 2, (in_group % 2) * self.row_bytes)
     }
 
-    /// The byte of lane `lane`'s first unit of group `group`; its units follow every [`WeightLayout::unit_stride`]
-    /// bytes.
-    pub fn share_base(&self, group: u64, lane: u64) -> u64 {
-        group * self.group_bytes() + lane * UNIT_BYTES
-    }
-
-    /// Bytes from a lane's unit to its next (a unit for every lane).
-    pub fn unit_stride(&self) -> u64 {
-        self.lanes * UNIT_BYTES
-    }
-
-    /// Lane `lane`'s share of group `group` (its two rows back to back, then the padding) from `matrix` (a
-    /// matrix in this layout) into `out` (at least `16 x lane_units` bytes), a unit at a time.
-    pub fn read_share(&self, matrix: &[u8], group: u64, lane: u64, out: &mut [u8]) {
-        let units = self.lane_units() as usize;
-        let stride = self.unit_stride() as usize;
-        let base = self.share_base(group, lane) as usize;
-        let (chunks, _) = out.as_chunks_mut::<16>();
-        for (u, unit) in chunks[..units].iter_mut().enumerate() {
-            let at = base + u * stride;
-            *unit = matrix[at..at + 16].try_into().expect("16 bytes");
-        }
-    }
-
     /// Group `group` of `matrix` (a matrix in this layout) into `out` (at least [`WeightLayout::group_bytes`])
     /// lane by lane: lane `l`'s share (its two rows back to back, then the padding) at `16 l lane_units`.
     /// A unit at a time.
@@ -156,7 +132,7 @@ impl WeightLayout {
 
     /// Calls `f(matrix byte, row byte, length)` for the pieces of row `row` that lie together in memory
     /// (its parts of consecutive units), in the row's order.
-    pub fn for_pieces(&self, row: u64, mut f: impl FnMut(usize, usize, usize)) {
+    fn for_pieces(&self, row: u64, mut f: impl FnMut(usize, usize, usize)) {
         let (group, in_group) = (row / self.group_rows(), row % self.group_rows());
         let (lane, half) = (in_group / 2, in_group % 2);
         let base = group * self.group_bytes() + lane * UNIT_BYTES;
@@ -208,13 +184,10 @@ mod tests {
             assert_eq!(out, naive(u64::from(lanes), rb as u64, &m), "lanes {lanes} rb {rb} rows {rows}");
             assert_eq!(out.len() as u64, lay.matrix_bytes(rows as u64));
             let mut row = vec![0u8; rb];
-            let mut share = vec![0u8; 16 * lay.lane_units() as usize];
             for r in 0..rows {
                 lay.read_row(&out, r as u64, &mut row);
                 assert_eq!(row, m[r * rb..(r + 1) * rb]);
                 let (g, l, at) = lay.share_of(r as u64);
-                lay.read_share(&out, g, l, &mut share);
-                assert_eq!(share[at as usize..at as usize + rb], m[r * rb..(r + 1) * rb]);
                 let mut group = vec![0u8; lay.group_bytes() as usize];
                 lay.read_group(&out, g, &mut group);
                 let at = (16 * l * lay.lane_units() + at) as usize;
