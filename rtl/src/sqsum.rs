@@ -21,6 +21,24 @@ use rust_hdl::prelude::*;
 /// registered for the 225 MHz budget.
 pub const SQSUM_LATENCY: usize = 4;
 
+/// The Verilog of the four stages (with [`VX_FUNCTIONS`] in scope): registers `{prefix}_p1` .. `_p3` and the
+/// output `out` (97 bits, `{nf, sum}`), from the chunk `ch`, `f32` and `mask` (Verilog expressions). The matrix
+/// datapath and this unit both use it, so the unit's test checks the datapath's pipeline.
+pub fn sqsum_stages(prefix: &str, ch: &str, f32: &str, mask: &str, out: &str) -> String {
+    format!(
+        "    reg [920:0] {prefix}_p1;
+    reg [1680:0] {prefix}_p2;
+    reg [428:0] {prefix}_p3;
+    always @(posedge clock) begin
+        {prefix}_p1 <= vx_sqp1({ch}, {f32}, {mask});
+        {prefix}_p2 <= vx_sqp2({prefix}_p1);
+        {prefix}_p3 <= vx_sqp3({prefix}_p2);
+        {out} <= vx_sqp4({prefix}_p3);
+    end
+"
+    )
+}
+
 /// The sum of the squares of `ch`'s values whose bit in `mask` is set, as opu-hw computes it.
 pub fn chunk_sum_of_squares(ch: &[u8; 32], f32_values: bool, mask: u16) -> WideAcc {
     let mut acc = WideAcc::ZERO;
@@ -70,19 +88,7 @@ impl Logic for SqSum {
         self.nf.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(format!(
-            "{VX_FUNCTIONS}\
-reg [920:0] p1;
-reg [1680:0] p2;
-reg [428:0] p3;
-always @(posedge clock) begin
-    p1 <= vx_sqp1(ch, f32, mask);
-    p2 <= vx_sqp2(p1);
-    p3 <= vx_sqp3(p2);
-    {{nf, sum}} <= vx_sqp4(p3);
-end
-"
-        ))
+        Verilog::Custom(format!("{VX_FUNCTIONS}{}", sqsum_stages("sq", "ch", "f32", "mask", "{nf, sum}")))
     }
 }
 

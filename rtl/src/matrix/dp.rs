@@ -58,16 +58,7 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
 {vx}
     // the fused reduction: the squares of a stored output chunk, summed in four stages (`SQSUM_LATENCY`
     // edges: `vx_sqsum`'s stages, for the 225 MHz budget)
-    reg [920:0] sq_p1;
-    reg [1680:0] sq_p2;
-    reg [428:0] sq_p3;
-    always @(posedge clock) begin
-        sq_p1 <= vx_sqp1(sq_chunk, sq_f32, sq_mask);
-        sq_p2 <= vx_sqp2(sq_p1);
-        sq_p3 <= vx_sqp3(sq_p2);
-        sq_out <= vx_sqp4(sq_p3);
-    end
-    wire [{wb}:0] w;
+{sq}    wire [{wb}:0] w;
     wire [{db}:0] dm;
     wire [{ab}:0] acc;
     wire [{nb}:0] nf;
@@ -118,6 +109,7 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
         acc = ACC_BITS,
         acc2 = 2 * ACC_BITS,
         vx = crate::vecunit::dp::VX_FUNCTIONS,
+        sq = crate::sqsum::sqsum_stages("sq", "sq_chunk", "sq_f32", "sq_mask", "sq_out"),
         sel = 2 * ACC_BITS + 2,
         selb = 2 * ACC_BITS + 1,
         accm = ACC_BITS - 1,

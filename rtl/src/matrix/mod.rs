@@ -50,7 +50,7 @@ use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 
 // The table of loaded groups below has eight entries (`b_*_0..8`, 3-bit entry indices, 8-bit masks); the
-// fused reduction's chunks wait three stages (`rqa` .. `rqc`) for their sum of squares.
+// fused reduction's chunks wait three stages (`rqd_*`, delay lines of 3 entries) for their sum of squares.
 const _: () = assert!(crate::sqsum::SQSUM_LATENCY == 4);
 const _: () = assert!(opu_hw::config::WEIGHT_GROUP_ENTRIES == 8);
 
@@ -367,17 +367,12 @@ pub struct Matrix {
     p3_j: DFF<Bits<4>>,
     p4_v: DFF<Bit>,
     p4_j: DFF<Bits<4>>,
-    /// The fused reduction: a written chunk goes through the sum of squares' stages (a, b, c), its sum comes
-    /// (1), then its token's entry (2).
-    rqa_v: DFF<Bit>,
-    rqa_tok: DFF<Bits<6>>,
-    rqa_first: DFF<Bit>,
-    rqb_v: DFF<Bit>,
-    rqb_tok: DFF<Bits<6>>,
-    rqb_first: DFF<Bit>,
-    rqc_v: DFF<Bit>,
-    rqc_tok: DFF<Bits<6>>,
-    rqc_first: DFF<Bit>,
+    /// The fused reduction: a written chunk waits in a delay line while the sum of squares' stages run (its
+    /// valid bit, token and first flag, three stages, the newest in the low bits), its sum comes (1), then its
+    /// token's entry (2).
+    rqd_v: DFF<Bits<3>>,
+    rqd_tok: DFF<Bits<18>>,
+    rqd_first: DFF<Bits<3>>,
     rq1_v: DFF<Bit>,
     rq1_tok: DFF<Bits<6>>,
     rq1_first: DFF<Bit>,
@@ -640,15 +635,9 @@ impl Matrix {
             p3_j: Default::default(),
             p4_v: Default::default(),
             p4_j: Default::default(),
-            rqa_v: Default::default(),
-            rqa_tok: Default::default(),
-            rqa_first: Default::default(),
-            rqb_v: Default::default(),
-            rqb_tok: Default::default(),
-            rqb_first: Default::default(),
-            rqc_v: Default::default(),
-            rqc_tok: Default::default(),
-            rqc_first: Default::default(),
+            rqd_v: Default::default(),
+            rqd_tok: Default::default(),
+            rqd_first: Default::default(),
             rq1_v: Default::default(),
             rq1_tok: Default::default(),
             rq1_first: Default::default(),
@@ -759,7 +748,7 @@ impl Logic for Matrix {
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, rd_pend, macs_total, outstanding, rows_left,
             grows, gout, nbeats, gbytes, req_k, resp_k, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
-            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rqa_v, rqa_tok, rqa_first, rqb_v, rqb_tok, rqb_first, rqc_v, rqc_tok, rqc_first, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
+            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rqd_v, rqd_tok, rqd_first, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
             rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf,
             b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_grows_4, b_grows_5, b_grows_6, b_grows_7,
             b_base_0, b_base_1, b_base_2, b_base_3, b_base_4, b_base_5, b_base_6, b_base_7,
@@ -1170,9 +1159,7 @@ impl Logic for Matrix {
                 if !self.inflight.q.val()
                     & ((self.rows_left.q.val() != self.grows.q.val())
                         | ((self.ostate.q.val() == OutState::Idle)
-                            & !self.rqa_v.q.val()
-                            & !self.rqb_v.q.val()
-                            & !self.rqc_v.q.val()
+                            & (self.rqd_v.q.val() == 0)
                             & !self.rq1_v.q.val()
                             & !self.rq2_v.q.val()))
                 {
@@ -1342,19 +1329,17 @@ impl Logic for Matrix {
         self.dp.sq_chunk.next = self.outc.q.val();
         self.dp.sq_f32.next = self.f32o.q.val();
         self.dp.sq_mask.next = bit_cast::<16, 17>((bits::<17>(1) << bit_cast::<17, 16>(self.sq_rows.val())) - 1);
-        // (the sum takes `SQSUM_LATENCY` = 4 edges: the chunk's token and first flag wait in a, b and c)
-        self.rqa_v.d.next = self.ro_write.val() & (self.redm.q.val() != 0);
-        self.rqa_tok.d.next = self.otok.q.val().get_bits::<6>(0);
-        self.rqa_first.d.next = (self.redm.q.val() == 1) & (self.ro_gout.q.val() == 0) & (self.ochunk_row.q.val() == 0);
-        self.rqb_v.d.next = self.rqa_v.q.val();
-        self.rqb_tok.d.next = self.rqa_tok.q.val();
-        self.rqb_first.d.next = self.rqa_first.q.val();
-        self.rqc_v.d.next = self.rqb_v.q.val();
-        self.rqc_tok.d.next = self.rqb_tok.q.val();
-        self.rqc_first.d.next = self.rqb_first.q.val();
-        self.rq1_v.d.next = self.rqc_v.q.val();
-        self.rq1_tok.d.next = self.rqc_tok.q.val();
-        self.rq1_first.d.next = self.rqc_first.q.val();
+        // (the sum takes `SQSUM_LATENCY` = 4 edges: the chunk's token and first flag wait three in the delay line)
+        self.rqd_v.d.next = (self.rqd_v.q.val() << 1)
+            | bit_cast::<3, 1>((self.ro_write.val() & (self.redm.q.val() != 0)).into());
+        self.rqd_tok.d.next = (self.rqd_tok.q.val() << 6) | bit_cast::<18, 6>(self.otok.q.val().get_bits::<6>(0));
+        self.rqd_first.d.next = (self.rqd_first.q.val() << 1)
+            | bit_cast::<3, 1>(
+                ((self.redm.q.val() == 1) & (self.ro_gout.q.val() == 0) & (self.ochunk_row.q.val() == 0)).into(),
+            );
+        self.rq1_v.d.next = self.rqd_v.q.val().get_bit(2);
+        self.rq1_tok.d.next = self.rqd_tok.q.val().get_bits::<6>(12);
+        self.rq1_first.d.next = self.rqd_first.q.val().get_bit(2);
         self.red_raddr.next = self.rq1_tok.q.val();
         self.rq2_v.d.next = self.rq1_v.q.val();
         self.rq2_tok.d.next = self.rq1_tok.q.val();
@@ -1472,9 +1457,7 @@ impl Logic for Matrix {
             self.ostate.d.next = OutState::Idle;
             self.inflight.d.next = false;
             self.trap_r.d.next = false;
-            self.rqa_v.d.next = false;
-            self.rqb_v.d.next = false;
-            self.rqc_v.d.next = false;
+            self.rqd_v.d.next = 0.into();
             self.rq1_v.d.next = false;
             self.rq2_v.d.next = false;
         }
