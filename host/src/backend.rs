@@ -68,7 +68,8 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_com
             Ok((Box::new(crate::sim_backend::SimBackend::open(g, config, opts, threads)?), None))
         }
         "rtl" => {
-            // the RTL under Verilator: opu-rtlsim builds it for the `sim` preset, and refuses another config
+            // the RTL under Verilator: opu-rtlsim builds it for the presets of `opu_rtlsim::device::TOPS`
+            // (`sim`, `sim-wide`), and refuses another config
             Ok((Box::new(crate::sim_backend::SimBackend::open_rtl(g, config, opts)?), None))
         }
         "pcie" => bail!("backend `{name}` is not available in this build yet (available: sim, rtl, reference, auto)"),

@@ -297,7 +297,8 @@ enum RtlCommand {
 #[derive(clap::Args)]
 struct ModelArgs {
     /// Backend: auto (an OPU card, else the reference path), reference, sim (the functional simulator), rtl
-    /// (the overlay's RTL under Verilator, the `sim` preset; slow: thousands of cycles per second).
+    /// (the overlay's RTL under Verilator, the `sim` and `sim-wide` presets; slow: thousands of cycles per
+    /// second).
     #[arg(long, default_value = "auto")]
     backend: String,
     /// A GGUF file, or the name of a known model (fetched into the cache on first use).

@@ -80,7 +80,7 @@ pub enum ConfigError {
 
 impl OverlayConfig {
     /// Names accepted by [`OverlayConfig::preset`].
-    pub const PRESETS: &'static [&'static str] = &["sim", "u280"];
+    pub const PRESETS: &'static [&'static str] = &["sim", "sim-wide", "u280"];
 
     /// Small overlay that Verilator simulates quickly: 8 lanes x 32 = 256 MACs per cycle, behind 2 memory
     /// channels x 128 bit at twice the core clock (64 bytes per core cycle, 14.4 GB/s: a DDR4-class board).
@@ -106,6 +106,15 @@ impl OverlayConfig {
             mem_latency_cycles: 64,
             core_clock_mhz: 225,
         }
+    }
+
+    /// The `sim` overlay behind twice its memory: 4 channels x 128 bit at twice the core clock (128 bytes per
+    /// core cycle, 28.8 GB/s), so that the matrix unit's weight port takes two 64-byte beats a cycle (one per
+    /// lane quad, [`OverlayConfig::weight_port_beats`]) as the u280's takes 32. Small enough for Verilator:
+    /// it is how the tests run the wide weight port of the RTL. The array (160 bytes per cycle of Q4_1) still
+    /// outruns the memory.
+    pub fn sim_wide() -> Self {
+        OverlayConfig { name: "sim-wide".into(), mem_channels: 4, ..Self::sim() }
     }
 
     /// The SkipOPU-class card: Alveo U280, 225 MHz core, 32 HBM pseudo-channels x 256 bit at 450 MHz
@@ -142,6 +151,7 @@ impl OverlayConfig {
     pub fn preset(name: &str) -> Result<Self, ConfigError> {
         let c = match name {
             "sim" => Self::sim(),
+            "sim-wide" => Self::sim_wide(),
             "u280" => Self::u280(),
             other => return Err(ConfigError::UnknownPreset(other.to_string())),
         };
@@ -299,6 +309,14 @@ impl OverlayConfig {
         self.peak_bandwidth_bytes_per_s() / (f64::from(self.core_clock_mhz) * 1e6)
     }
 
+    /// 64-byte beats the matrix unit's weight port takes per core cycle: the memory's peak bytes per cycle
+    /// over 64, at least 1 (1 at `sim`, 2 at `sim-wide`, 32 at `u280`). The RTL builds the port for a power
+    /// of two that divides `pe_lanes / 4` (beat `j` of a cycle carries lane quad `j` of a group of `4 x
+    /// beats` lanes) and at exactly the memory's rate.
+    pub fn weight_port_beats(&self) -> u32 {
+        ((self.peak_bytes_per_cycle() / 64.0) as u32).max(1)
+    }
+
     /// Lines (32 bytes) of one row slot of the weight buffer: `weight_fifo_bytes` over two buffers of
     /// `2 x pe_lanes` slots. A lane's slot (its two rows) is a ring of `2 x weight_row_lines` 64-byte beats.
     pub fn weight_row_lines(&self) -> u32 {
@@ -343,7 +361,12 @@ mod tests {
         for name in OverlayConfig::PRESETS {
             OverlayConfig::preset(name).unwrap().validate().unwrap();
         }
-        assert_ne!(OverlayConfig::sim().hash(), OverlayConfig::u280().hash());
+        let hashes: std::collections::HashSet<u64> =
+            OverlayConfig::PRESETS.iter().map(|n| OverlayConfig::preset(n).unwrap().hash()).collect();
+        assert_eq!(hashes.len(), OverlayConfig::PRESETS.len());
+        for name in OverlayConfig::PRESETS {
+            assert_eq!(OverlayConfig::preset(name).unwrap().name, *name);
+        }
     }
 
     #[test]
@@ -352,6 +375,9 @@ mod tests {
         let c = OverlayConfig::sim();
         assert_eq!(c.peak_bandwidth_bytes_per_s(), 14.4e9);
         assert_eq!(c.peak_bytes_per_cycle(), 64.0);
+        assert_eq!(c.weight_port_beats(), 1);
+        let w = OverlayConfig::sim_wide();
+        assert_eq!((w.peak_bytes_per_cycle(), w.weight_port_beats()), (128.0, 2));
     }
 
     #[test]
@@ -380,6 +406,7 @@ mod tests {
         let c = OverlayConfig::u280();
         assert_eq!(c.peak_bandwidth_bytes_per_s(), 460.8e9);
         assert_eq!(c.peak_bytes_per_cycle(), 2048.0);
+        assert_eq!(c.weight_port_beats(), 32);
     }
 
     #[test]

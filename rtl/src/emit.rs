@@ -278,18 +278,14 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         "dma" => checked_verilog(&crate::dma::dma_top(cfg))?,
         "matrix" => {
             check_lane_config(unit, cfg)?;
-            checked_verilog(&crate::matrix::matrix_top(cfg)?)?
+            crate::matrix::matrix_verilog(cfg)?
         }
         "vector_unit" => {
             check_vector_config(unit, cfg)?;
             checked_verilog(&crate::vecunit::vecunit_top(cfg)?)?
         }
         "attention" => checked_verilog(&crate::attn::attn_top(cfg)?)?,
-        "top" => {
-            check_lane_config(unit, cfg)?;
-            check_vector_config(unit, cfg)?;
-            crate::top::top_verilog(cfg)?
-        }
+        "top" => return top_verilog_named(cfg, top),
         "round" => checked_verilog(&crate::round::round_top())?,
         // Structural: rust-hdl ports have compile-time widths, the array's depend on the config.
         "array" => {
@@ -300,6 +296,14 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         _ => unreachable!("UNITS and emit_verilog disagree on {unit}"),
     };
     Ok(rename_top(&v, top))
+}
+
+/// The Verilog of the overlay's top for `cfg` with its top module named `name` (the unit `top` is it
+/// named `opu_top`): a simulator that holds the tops of several configs needs a name per config.
+pub fn top_verilog_named(cfg: &OverlayConfig, name: &str) -> Result<String, EmitError> {
+    check_lane_config("top", cfg)?;
+    check_vector_config("top", cfg)?;
+    Ok(rename_top(&crate::top::top_verilog(cfg)?, name))
 }
 
 /// The top module name of `unit`.

@@ -155,6 +155,79 @@ impl<const R: usize> Logic for Scratchpad<R> {
     }
 }
 
+/// The scratchpad of a config inside a bigger design: its ports as [`Scratchpad`]'s, its Verilog an
+/// instance of `opu_spm`, which is [`Scratchpad`] emitted for the config's depth ([`scratchpad_verilog`]).
+/// Why: the depth is a type parameter of the rust-hdl block; instantiated this way, the top is not generic
+/// in it (the top is already generic in the weight port's width, and every pair of the two would be compiled).
+/// Not simulated by rust-hdl (its `update` does nothing): the top runs under Verilator.
+#[derive(LogicBlock)]
+pub struct ScratchpadInstance {
+    pub clock: Signal<In, Clock>,
+    pub raddr: Signal<In, Bits<SPM_WORD_BITS>>,
+    pub rdata: Signal<Out, Bits<256>>,
+    pub waddr: Signal<In, Bits<SPM_WORD_BITS>>,
+    pub we: Signal<In, Bits<SPM_BANKS>>,
+    pub wdata: Signal<In, Bits<256>>,
+    /// The Verilog of `opu_spm`.
+    cores: crate::lane::ModelState<String>,
+}
+
+impl ScratchpadInstance {
+    pub fn new(config: &opu_hw::OverlayConfig) -> Result<Self, crate::emit::EmitError> {
+        Ok(ScratchpadInstance {
+            clock: Default::default(),
+            raddr: Default::default(),
+            rdata: Default::default(),
+            waddr: Default::default(),
+            we: Default::default(),
+            wdata: Default::default(),
+            cores: crate::lane::ModelState(scratchpad_verilog(config)?),
+        })
+    }
+}
+
+impl Logic for ScratchpadInstance {
+    fn update(&mut self) {}
+    fn connect(&mut self) {
+        self.rdata.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Wrapper(Wrapper {
+            code: "opu_spm spm(.clock(clock), .raddr(raddr), .rdata(rdata), .waddr(waddr), .we(we), .wdata(wdata));\n".into(),
+            cores: self.cores.0.clone(),
+        })
+    }
+}
+
+/// The Verilog of [`Scratchpad`] for `config`'s `scratchpad_bytes` (32 x a power of two up to 4 MiB), its
+/// module named `opu_spm`.
+pub fn scratchpad_verilog(config: &opu_hw::OverlayConfig) -> Result<String, crate::emit::EmitError> {
+    fn build<const R: usize>() -> Result<String, crate::emit::EmitError> {
+        let v = crate::emit::checked_verilog(&scratchpad_top::<R>())?;
+        Ok(crate::emit::rename_top(&v, "opu_spm"))
+    }
+    let rows = (config.scratchpad_bytes / 32).trailing_zeros();
+    match rows {
+        _ if config.scratchpad_bytes != 32 << rows => Err(crate::emit::EmitError::Unsupported {
+            unit: "top".into(),
+            config: config.name.clone(),
+            what: format!("scratchpad_bytes = {} is not 32 x a power of two (the banks' depth)", config.scratchpad_bytes),
+        }),
+        7 => build::<7>(),
+        8 => build::<8>(),
+        9 => build::<9>(),
+        10 => build::<10>(),
+        11 => build::<11>(),
+        12 => build::<12>(),
+        13 => build::<13>(),
+        14 => build::<14>(),
+        15 => build::<15>(),
+        16 => build::<16>(),
+        17 => build::<17>(),
+        _ => unreachable!("the config's scratchpad is 4096..=4 MiB bytes"),
+    }
+}
+
 /// A small [`Scratchpad`] ready to simulate.
 pub fn scratchpad_top<const R: usize>() -> Scratchpad<R> {
     connect_top!(Scratchpad::<R>::default(), clock, raddr, waddr, we, wdata)

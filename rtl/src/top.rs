@@ -18,8 +18,9 @@
 //! Memory: a line port, one request per cycle (32-byte lines; reads answered in order with the request's
 //! `m_tag` echoed in `m_resp_tag`: 0 for instruction fetch, 1 for the DMA unit, 3 for the attention unit;
 //! the units have priority, fetch takes the cycles they leave), and a weight port for the matrix unit's
-//! loader (64-byte beats, in the cycles the line port leaves: the memory moves one beat or one line per
-//! cycle, the `sim` preset's 64 bytes per cycle). `ldr` reads the scratchpad through its read
+//! loader (`W` 64-byte beats a request, `W = OverlayConfig::weight_port_beats`, in the cycles the line port
+//! leaves: the memory moves `W` beats or one line per cycle, the config's `64 W` bytes per cycle: 1 beat at
+//! `sim`, 2 at `sim-wide`, 32 at `u280`). `ldr` reads the scratchpad through its read
 //! port, which is free then (the core issues `ldr` only when the units are idle).
 
 use crate::ctrl::core::Core;
@@ -27,7 +28,7 @@ use crate::ctrl::mmio::{Mmio, ADDR_BITS};
 use crate::ctrl::queue::{IssueQueue, AUX_BITS};
 use crate::dma::Dma;
 use crate::matrix::Matrix;
-use crate::spm::{Scratchpad, SPM_ROW_BITS};
+use crate::spm::ScratchpadInstance;
 use crate::red::RedFile;
 use crate::attn::AttentionUnit;
 use crate::vecunit::VectorUnit;
@@ -35,7 +36,7 @@ use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 
 #[derive(LogicBlock)]
-pub struct Top<const R: usize> {
+pub struct Top<const WB: usize> {
     pub clock: Signal<In, Clock>,
     pub reset: Signal<In, Bit>,
 
@@ -59,14 +60,15 @@ pub struct Top<const R: usize> {
     pub m_resp: Signal<In, Bit>,
     pub m_rdata: Signal<In, Bits<256>>,
     pub m_resp_tag: Signal<In, Bits<2>>,
-    // ---- device memory, the weight port: the matrix unit's loader, reads of 64-byte beats (`w_addr` in
-    // beats), answered in order. The memory serves one beat or one line per cycle: a beat waits while the
-    // line port requests
+    // ---- device memory, the weight port: the matrix unit's loader, reads of `W` 64-byte beats at once
+    // (`W = WB / 512 = OverlayConfig::weight_port_beats`; `w_addr` in beats, a multiple of `W`; beat `j` at
+    // bits `512 j ..`), answered in order. The memory serves one such request or one line per cycle: a
+    // request waits while the line port requests
     pub w_req: Signal<Out, Bit>,
     pub w_req_ready: Signal<In, Bit>,
     pub w_addr: Signal<Out, Bits<64>>,
     pub w_resp: Signal<In, Bit>,
-    pub w_rdata: Signal<In, Bits<512>>,
+    pub w_rdata: Signal<In, Bits<WB>>,
 
     mmio: Mmio,
     core: Core,
@@ -74,15 +76,15 @@ pub struct Top<const R: usize> {
     dma_q: IssueQueue,
     dma: Dma,
     mat_q: IssueQueue,
-    mat: Matrix,
+    mat: Matrix<WB>,
     vec_q: IssueQueue,
     vec: VectorUnit,
     /// `RED`: the matrix unit's while it runs, else the vector unit's.
     red: RedFile,
     att_q: IssueQueue,
     att: AttentionUnit,
-    /// The scratchpad (8 banks of `2^R` words behind a line port).
-    spm: Scratchpad<R>,
+    /// The scratchpad (8 banks of words behind a line port, as deep as the config's).
+    spm: ScratchpadInstance,
     dma_turn: Signal<Local, Bit>,
     line_req: Signal<Local, Bit>,
     att_turn: Signal<Local, Bit>,
@@ -107,12 +109,11 @@ pub struct Top<const R: usize> {
     attn_heads: Constant<Bits<16>>,
 }
 
-impl<const R: usize> Top<R> {
+impl<const WB: usize> Top<WB> {
     /// `dp_cores`, `vec_cores`: the Verilog under the matrix unit's and the vector unit's datapaths
     /// (`matrix::dp_cores`, `vecunit::dp_cores`).
-    pub fn new(config: &OverlayConfig, dp_cores: String, vec_cores: String) -> Self {
-        assert_eq!(config.scratchpad_bytes as u64, 32u64 << R, "bank rows for the scratchpad of `{}`", config.name);
-        assert!(R <= SPM_ROW_BITS);
+    /// `dp_cores`, `vec_cores`: as above; `spm`: the config's scratchpad.
+    pub fn new(config: &OverlayConfig, dp_cores: String, vec_cores: String, spm: ScratchpadInstance) -> Self {
         Top {
             clock: Default::default(),
             reset: Default::default(),
@@ -149,7 +150,7 @@ impl<const R: usize> Top<R> {
             red: Default::default(),
             att_q: Default::default(),
             att: AttentionUnit::new(config),
-            spm: Default::default(),
+            spm,
             dma_turn: Default::default(),
             line_req: Default::default(),
             att_turn: Default::default(),
@@ -172,7 +173,7 @@ impl<const R: usize> Top<R> {
     }
 }
 
-impl<const R: usize> Logic for Top<R> {
+impl<const WB: usize> Logic for Top<WB> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, kv_queued);
@@ -441,10 +442,12 @@ impl<const R: usize> Logic for Top<R> {
     }
 }
 
-/// The top of `config` (its scratchpad sets the bank depth), ready to simulate or emit.
+/// The top of `config` (its scratchpad sets the bank depth, its memory the weight port), ready to simulate or
+/// emit.
 pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
-    fn build<const R: usize>(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
-        let mut t = Top::<R>::new(config, crate::matrix::dp_cores(config)?, crate::vecunit::dp_cores()?);
+    fn build<const WB: usize>(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
+        let spm = ScratchpadInstance::new(config)?;
+        let mut t = Top::<WB>::new(config, crate::matrix::dp_cores(config)?, crate::vecunit::dp_cores()?, spm);
         t.clock.connect();
         t.reset.connect();
         t.mmio_addr.connect();
@@ -463,24 +466,5 @@ pub fn top_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitEr
     }
     crate::matrix::check_config(config)?;
     crate::attn::check_config(config)?;
-    let rows = (config.scratchpad_bytes / 32).trailing_zeros();
-    match rows {
-        _ if config.scratchpad_bytes != 32 << rows => Err(crate::emit::EmitError::Unsupported {
-            unit: "top".into(),
-            config: config.name.clone(),
-            what: format!("scratchpad_bytes = {} is not 32 x a power of two (the banks' depth)", config.scratchpad_bytes),
-        }),
-        7 => build::<7>(config),
-        8 => build::<8>(config),
-        9 => build::<9>(config),
-        10 => build::<10>(config),
-        11 => build::<11>(config),
-        12 => build::<12>(config),
-        13 => build::<13>(config),
-        14 => build::<14>(config),
-        15 => build::<15>(config),
-        16 => build::<16>(config),
-        17 => build::<17>(config),
-        _ => unreachable!("the config's scratchpad is 4096..=4 MiB bytes"),
-    }
+    crate::matrix::with_weight_port!(config, WB => build::<WB>(config))
 }

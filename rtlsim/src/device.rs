@@ -5,18 +5,26 @@
 //! scratchpad on one memory port (docs/rtl.md, "Control (`ctrl`), the DMA unit and the top so far"); compiled
 //! programs run on it (everything but `matmul fmt=f16`, `conv` and `maxpool`). The memory model answers reads
 //! in order after `mem_latency_cycles` of the config, per cycle one request of the line port (32 bytes) or
-//! of the weight port (a 64-byte beat): the preset's 2 channels x 128 bits at twice the core clock;
-//! host accesses to device memory (`mem_write`, `mem_read`) go straight to the model, as a card's DMA engine
-//! would. The model exists only for the `sim` preset (the one the build verilates).
+//! of the weight port (`W = OverlayConfig::weight_port_beats` 64-byte beats, the config's bytes per core
+//! cycle: its channels side by side, each answering its share of the request in the same cycle, as an
+//! interleaved memory does); host accesses to device memory (`mem_write`, `mem_read`) go straight to the
+//! model, as a card's DMA engine would.
+//!
+//! The build verilates the top for the presets in [`TOPS`]: `sim` (one beat a cycle, the unit `top`) and
+//! `sim-wide` (two beats, rtlsim/build.rs's `TOPS`); other configs are refused.
 
 /// Why an [`RtlSim`] cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum RtlSimError {
     #[error("opu-rtlsim was built without the Verilator models (install verilator and rebuild)")]
     NoModels,
-    #[error("the RTL model is built for the `sim` overlay preset, not `{0}`")]
+    #[error("no RTL model is built for overlay config `{0}`: the top is verilated for the presets {known}", known = TOPS.iter().map(|t| format!("`{}`", t.0)).collect::<Vec<_>>().join(", "))]
     Config(String),
 }
+
+/// The presets whose top the build verilates, and the model of each (rtlsim/build.rs: the unit `top` and
+/// the pairs of its `TOPS`).
+pub const TOPS: &[(&str, &str)] = &[("sim", "top"), ("sim-wide", "top_sim_wide")];
 
 #[cfg(has_verilator)]
 mod imp {
@@ -27,15 +35,81 @@ mod imp {
     use opu_hw::regs::{self, ErrorCode};
     use opu_hw::OverlayConfig;
 
-    use super::RtlSimError;
-    use crate::rtl::Top;
+    use super::{RtlSimError, TOPS};
+    use crate::rtl::RtlModel;
+
+    /// The most beats of a weight-port request the model serves (the widest port opu-rtl builds).
+    const MAX_BEATS: usize = 32;
 
     /// A read in flight: due cycle, tag, line.
     type Pending = (u64, u64, u64);
 
+    /// The top's ports, by index in its model.
+    struct Ports {
+        reset: usize,
+        mmio_addr: usize,
+        mmio_wdata: usize,
+        mmio_write: usize,
+        mmio_read: usize,
+        mmio_rdata: usize,
+        m_req: usize,
+        m_req_ready: usize,
+        m_write: usize,
+        m_addr: usize,
+        m_wdata: usize,
+        m_wmask: usize,
+        m_tag: usize,
+        m_resp: usize,
+        m_rdata: usize,
+        m_resp_tag: usize,
+        w_req: usize,
+        w_req_ready: usize,
+        w_addr: usize,
+        w_resp: usize,
+        w_rdata: usize,
+    }
+
+    impl Ports {
+        fn of(model: &dyn RtlModel, beats: usize) -> Ports {
+            let ports = model.ports();
+            // (the widths this model relies on: at most 64 bits but the data ports')
+            let at = |name: &str, bits: u32| {
+                let i = ports.iter().position(|p| p.name == name).unwrap_or_else(|| panic!("the top has no port `{name}`"));
+                assert!(ports[i].bits == bits || (bits == 0 && ports[i].bits <= 64), "the width of the top's `{name}`");
+                i
+            };
+            Ports {
+                reset: at("reset", 1),
+                mmio_addr: at("mmio_addr", 0),
+                mmio_wdata: at("mmio_wdata", 32),
+                mmio_write: at("mmio_write", 1),
+                mmio_read: at("mmio_read", 1),
+                mmio_rdata: at("mmio_rdata", 32),
+                m_req: at("m_req", 1),
+                m_req_ready: at("m_req_ready", 1),
+                m_write: at("m_write", 1),
+                m_addr: at("m_addr", 64),
+                m_wdata: at("m_wdata", 256),
+                m_wmask: at("m_wmask", 32),
+                m_tag: at("m_tag", 2),
+                m_resp: at("m_resp", 1),
+                m_rdata: at("m_rdata", 256),
+                m_resp_tag: at("m_resp_tag", 2),
+                w_req: at("w_req", 1),
+                w_req_ready: at("w_req_ready", 1),
+                w_addr: at("w_addr", 64),
+                w_resp: at("w_resp", 1),
+                w_rdata: at("w_rdata", 512 * beats as u32),
+            }
+        }
+    }
+
     pub struct RtlSim {
         config: OverlayConfig,
-        top: Box<Top>,
+        top: Box<dyn RtlModel>,
+        ports: Ports,
+        /// 64-byte beats of a weight-port request.
+        beats: usize,
         mem: Vec<u8>,
         pending: VecDeque<Pending>,
         /// Weight-port beats in flight: due cycle, beat.
@@ -63,16 +137,21 @@ mod imp {
 
     impl RtlSim {
         pub fn new(config: &OverlayConfig) -> Result<RtlSim, RtlSimError> {
-            if config.hash() != OverlayConfig::sim().hash() {
-                return Err(RtlSimError::Config(config.name.clone()));
-            }
-            // the memory model below serves the preset's 64 bytes per cycle (a line or a beat), which the
-            // hash above already pins
-            debug_assert_eq!(config.peak_bytes_per_cycle(), 64.0);
+            let unit = TOPS
+                .iter()
+                .find(|(preset, _)| OverlayConfig::preset(preset).is_ok_and(|p| p.hash() == config.hash()))
+                .map(|t| t.1)
+                .ok_or_else(|| RtlSimError::Config(config.name.clone()))?;
+            let top = crate::rtl::instantiate(unit).ok_or(RtlSimError::NoModels)?;
+            // the memory model below serves `64 W` bytes per cycle (a line or a request of `W` beats)
+            let beats = config.weight_port_beats() as usize;
+            debug_assert_eq!(config.peak_bytes_per_cycle(), 64.0 * beats as f64);
             let mem_bytes = usize::try_from(config.device_memory_bytes).expect("device memory fits the host");
             let mut s = RtlSim {
                 config: config.clone(),
-                top: Box::new(Top::new()),
+                ports: Ports::of(top.as_ref(), beats),
+                top,
+                beats,
                 // vec![0; n] is calloc: pages are zeroed lazily
                 mem: vec![0u8; mem_bytes],
                 pending: VecDeque::new(),
@@ -83,11 +162,29 @@ mod imp {
                 progress: None,
                 stall_rng: 0,
             };
-            s.top.set_reset(1);
+            s.set(s.ports.reset, 1);
             s.step();
             s.step();
-            s.top.set_reset(0);
+            s.set(s.ports.reset, 0);
+            // the model is the one of this config (its register file says so)
+            let hash = s.mmio_read64(regs::CONFIG_HASH_LO).expect("CONFIG_HASH");
+            assert_eq!(hash, config.hash(), "the RTL model `{unit}` is not built for `{}`", config.name);
             Ok(s)
+        }
+
+        /// Drives input `port` (at most 64 bits).
+        fn set(&mut self, port: usize, value: u64) {
+            let words = [value as u32, (value >> 32) as u32];
+            let n = self.top.ports()[port].words();
+            self.top.set_port_words(port, &words[..n]);
+        }
+
+        /// Reads `port` (at most 64 bits).
+        fn get(&self, port: usize) -> u64 {
+            let mut words = [0u32; 2];
+            let n = self.top.ports()[port].words();
+            self.top.port_words(port, &mut words[..n]);
+            u64::from(words[0]) | u64::from(words[1]) << 32
         }
 
         pub fn config(&self) -> &OverlayConfig {
@@ -180,46 +277,51 @@ mod imp {
 
         /// One core cycle: memory responses due, the model settles, the memory takes a request, the edge.
         fn step(&mut self) {
+            let p = &self.ports;
+            let (m_resp, m_resp_tag, m_rdata, w_resp, w_rdata) = (p.m_resp, p.m_resp_tag, p.m_rdata, p.w_resp, p.w_rdata);
             let now = self.top.cycles();
             match self.pending.front() {
                 Some(&(due, tag, line)) if due <= now => {
                     self.pending.pop_front();
                     let mut w = [0u32; 8];
                     Self::read_words(&self.mem, line * 32, &mut w);
-                    self.top.set_m_resp(1);
-                    self.top.set_m_resp_tag(tag);
-                    self.top.set_m_rdata_words(&w);
+                    self.set(m_resp, 1);
+                    self.set(m_resp_tag, tag);
+                    self.top.set_port_words(m_rdata, &w);
                 }
-                _ => self.top.set_m_resp(0),
+                _ => self.set(m_resp, 0),
             }
             match self.pending_beats.front() {
                 Some(&(due, beat)) if due <= now => {
                     self.pending_beats.pop_front();
-                    let mut w = [0u32; 16];
-                    Self::read_words(&self.mem, beat * 64, &mut w);
-                    self.top.set_w_resp(1);
-                    self.top.set_w_rdata_words(&w);
+                    // the channels' shares of the request, side by side: beat `j` at words `16 j ..`
+                    let mut w = [0u32; 16 * MAX_BEATS];
+                    let w = &mut w[..16 * self.beats];
+                    Self::read_words(&self.mem, beat * 64, w);
+                    self.set(w_resp, 1);
+                    self.top.set_port_words(w_rdata, w);
                 }
-                _ => self.top.set_w_resp(0),
+                _ => self.set(w_resp, 0),
             }
             let (m_ready, w_ready) = (self.ready(), self.ready());
-            self.top.set_m_req_ready(u64::from(m_ready));
-            self.top.set_w_req_ready(u64::from(w_ready));
+            self.set(self.ports.m_req_ready, u64::from(m_ready));
+            self.set(self.ports.w_req_ready, u64::from(w_ready));
             self.top.eval();
-            // The memory moves one line or one beat per cycle (the preset's 64 bytes); the top requests on
-            // one port at a time.
-            assert!(
-                !(self.top.m_req() == 1 && self.top.w_req() == 1),
-                "the top requested a line and a beat in the same cycle ({now})"
-            );
-            if self.top.w_req() == 1 && w_ready {
-                self.pending_beats.push_back((now + self.latency, self.top.w_addr()));
+            // The memory moves one line or one request of beats per cycle (the config's `64 W` bytes); the
+            // top requests on one port at a time.
+            let (m_req, w_req) = (self.get(self.ports.m_req) == 1, self.get(self.ports.w_req) == 1);
+            assert!(!(m_req && w_req), "the top requested a line and beats in the same cycle ({now})");
+            if w_req && w_ready {
+                let beat = self.get(self.ports.w_addr);
+                assert_eq!(beat % self.beats as u64, 0, "a weight request of {} beats at beat {beat}", self.beats);
+                self.pending_beats.push_back((now + self.latency, beat));
             }
-            if self.top.m_req() == 1 && m_ready {
-                let line = self.top.m_addr();
-                if self.top.m_write() == 1 {
-                    let data = self.top.m_wdata_words();
-                    let mask = self.top.m_wmask();
+            if m_req && m_ready {
+                let line = self.get(self.ports.m_addr);
+                if self.get(self.ports.m_write) == 1 {
+                    let mut data = [0u32; 8];
+                    self.top.port_words(self.ports.m_wdata, &mut data);
+                    let mask = self.get(self.ports.m_wmask);
                     let at = line.saturating_mul(32) as usize;
                     if let Some(bytes) = self.mem.get_mut(at..at + 32) {
                         for (b, byte) in bytes.iter_mut().enumerate() {
@@ -229,7 +331,7 @@ mod imp {
                         }
                     }
                 } else {
-                    self.pending.push_back((now + self.latency, self.top.m_tag(), line));
+                    self.pending.push_back((now + self.latency, self.get(self.ports.m_tag), line));
                 }
             }
             self.top.tick();
@@ -239,21 +341,21 @@ mod imp {
     impl Device for RtlSim {
         fn mmio_read(&mut self, offset: u32) -> Result<u32, DeviceError> {
             regs::register_at(offset).ok_or(DeviceError::BadRegister { offset })?;
-            self.top.set_mmio_addr(u64::from(offset));
-            self.top.set_mmio_read(1);
+            self.set(self.ports.mmio_addr, u64::from(offset));
+            self.set(self.ports.mmio_read, 1);
             self.step();
-            self.top.set_mmio_read(0);
+            self.set(self.ports.mmio_read, 0);
             self.top.eval();
-            Ok(self.top.mmio_rdata() as u32)
+            Ok(self.get(self.ports.mmio_rdata) as u32)
         }
 
         fn mmio_write(&mut self, offset: u32, value: u32) -> Result<(), DeviceError> {
             regs::register_at(offset).ok_or(DeviceError::BadRegister { offset })?;
-            self.top.set_mmio_addr(u64::from(offset));
-            self.top.set_mmio_wdata(u64::from(value));
-            self.top.set_mmio_write(1);
+            self.set(self.ports.mmio_addr, u64::from(offset));
+            self.set(self.ports.mmio_wdata, u64::from(value));
+            self.set(self.ports.mmio_write, 1);
             self.step();
-            self.top.set_mmio_write(0);
+            self.set(self.ports.mmio_write, 0);
             if offset == regs::DOORBELL && value & 1 == 1 {
                 self.doorbell_at = self.top.cycles();
             }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{compare_with_func, models_or_skip, run_program, WINDOW};
+use common::{compare_with_func, compare_with_func_on, models_or_skip, run_program, WINDOW};
 use opu_hw::device::Device;
 use opu_hw::isa::{assemble, encode_program};
 use opu_hw::regs;
@@ -150,12 +150,10 @@ impl Case {
 }
 
 
-#[test]
-fn matmul_equals_the_functional_simulator() {
-    if !models_or_skip("RTL matrix unit vs functional simulator") {
-        return;
-    }
-    let cases = [
+/// The chosen shapes: each format, output type, start values and reduction; one group and several; long
+/// rows whose loads overlap the compute; the weight ring wrapping.
+fn chosen_cases() -> Vec<Case> {
+    vec![
         // one row group, one token: the decode shape
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1, w_off: 0, far: false },
         // several groups, the last partial and odd (a half-written output word), tokens, the fused residual
@@ -179,7 +177,15 @@ fn matmul_equals_the_functional_simulator() {
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 200, cols: 576, red: 2, w_off: 128, far: true },
         Case { fmt: WeightFormat::W4, f32_out: true, acc: false, ntok: 1, rows: 96, cols: 1536, red: 0, w_off: 0, far: true },
         Case { fmt: WeightFormat::W8, f32_out: true, acc: true, ntok: 4, rows: 80, cols: 1024, red: 1, w_off: 128, far: true },
-    ];
+    ]
+}
+
+#[test]
+fn matmul_equals_the_functional_simulator() {
+    if !models_or_skip("RTL matrix unit vs functional simulator") {
+        return;
+    }
+    let cases = chosen_cases();
     let mut rng = Rng(0x3a7_3a7);
     // and random shapes: any format, output type, start values and reduction, 1..=4 tokens, 1..=40 rows, 1..=6
     // blocks
@@ -202,6 +208,25 @@ fn matmul_equals_the_functional_simulator() {
         let cycles = compare_with_func(&text, &case.data(&mut rng));
         let macs = case.ntok * case.rows * case.cols;
         eprintln!("{case:?}: {cycles} cycles, {macs} MACs, {} weight bytes", case.weight_bytes());
+    }
+}
+
+/// The wide weight port: at `sim-wide` (the `sim` overlay behind 4 memory channels) a response carries two
+/// beats, the two lane quads of a unit row, and each feed takes its own: the same bits as the functional
+/// simulator, in about the cycles its cycle model counts for a memory of 128 bytes per cycle.
+#[test]
+fn matmul_on_a_wide_weight_port_equals_the_functional_simulator() {
+    if !models_or_skip("RTL matrix unit at sim-wide vs functional simulator") {
+        return;
+    }
+    let config = OverlayConfig::sim_wide();
+    assert_eq!(config.weight_port_beats(), 2);
+    let mut rng = Rng(0x3a7_3a8);
+    for case in chosen_cases() {
+        let (cycles, model) = compare_with_func_on(&config, &case.program(), &case.data(&mut rng));
+        let narrow = compare_with_func_on(&OverlayConfig::sim(), &case.program(), &case.data(&mut Rng(1))).0;
+        eprintln!("{case:?}: {cycles} cycles at sim-wide (the model {model}), {narrow} at sim");
+        assert!(cycles.abs_diff(model) * 50 <= model, "{case:?}: {cycles} cycles, the model {model}");
     }
 }
 

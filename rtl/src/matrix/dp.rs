@@ -20,6 +20,7 @@ use std::fmt::Write;
 /// The structural Verilog of `opu_matrix_dp` for `cfg` (the modules it instantiates are emitted separately).
 pub fn dp_verilog(cfg: &OverlayConfig) -> String {
     let l = cfg.pe_lanes as usize;
+    let beats = cfg.weight_port_beats() as usize;
     let d = FEED_LATENCY;
     let mut v = String::new();
     writeln!(v, "// matrix unit datapath of overlay `{}`: {l} weight feeds, the PE array, hold registers.", cfg.name).unwrap();
@@ -34,7 +35,7 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
     input wire ld_valid;
     input wire [15:0] ld_quad;
     input wire [15:0] ld_pos;
-    input wire [511:0] ld_line;
+    input wire [{ldb}:0] ld_line;
     input wire [15:0] rd_rb;
     input wire [15:0] rd_base;
     input wire [15:0] rd_off;
@@ -100,6 +101,7 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
     assign o_acc1 = hsel[{acc2m}:{acc}];
     assign o_nf0 = hsel[{acc2}];
     assign o_nf1 = hsel[{acc2p}];",
+        ldb = 512 * beats - 1,
         wb = 128 * l - 1,
         db = 64 * l - 1,
         ab = 2 * ACC_BITS * l - 1,
@@ -117,13 +119,18 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
         acc2p = 2 * ACC_BITS + 1,
     )
     .unwrap();
+    // the weight port's `W` beats are quads `ld_quad .. ld_quad + W` (`ld_quad` a multiple of `W`): feed `i`
+    // (quad `i / 4`) takes beat `j = (i / 4) mod W`, as quad `ld_quad | j`
     for i in 0..l {
+        let j = (i / 4) % beats;
         writeln!(
             v,
-            "    opu_wfeed feed{i}(.clock(clock), .row0(16'd{r}), .ld_valid(ld_valid), .ld_quad(ld_quad), .ld_pos(ld_pos), \
-.ld_line(ld_line), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off), \
+            "    opu_wfeed feed{i}(.clock(clock), .row0(16'd{r}), .ld_valid(ld_valid), .ld_quad(ld_quad | 16'd{j}), \
+.ld_pos(ld_pos), .ld_line(ld_line[{bh}:{bl}]), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off), \
 .rd_half(f_half), .rd_row(f_row), .rd_fmt(rd_fmt), .w(w[{wh}:{wl}]), .dm(dm[{dh}:{dl}]));",
             r = 2 * i,
+            bh = 512 * j + 511,
+            bl = 512 * j,
             wh = 128 * i + 127,
             wl = 128 * i,
             dh = 64 * i + 63,
@@ -135,18 +142,19 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
     v
 }
 
-/// The datapath as a rust-hdl block of fixed width: its Verilog instantiates `opu_matrix_dp` and carries
-/// the modules under it. Not simulated by rust-hdl (its `update` does nothing): the matrix unit is tested
+/// The datapath as a rust-hdl block of fixed width (but the weight port's `WB` bits): its Verilog
+/// instantiates `opu_matrix_dp` and carries the modules under it. Not simulated by rust-hdl (its `update` does nothing): the matrix unit is tested
 /// under Verilator against the functional simulator.
 #[derive(LogicBlock)]
-pub struct MatrixDatapath {
+pub struct MatrixDatapath<const WB: usize> {
     pub clock: Signal<In, Clock>,
     pub reset: Signal<In, Bit>,
-    /// A beat of the weight port: a unit for each lane of quad `ld_quad`, kept at ring unit `ld_pos`.
+    /// A response of the weight port, `W` beats: beat `j` has a unit for each lane of quad `ld_quad + j`
+    /// (`ld_quad` a multiple of `W`), all kept at ring unit `ld_pos`.
     pub ld_valid: Signal<In, Bit>,
     pub ld_quad: Signal<In, Bits<16>>,
     pub ld_pos: Signal<In, Bits<16>>,
-    pub ld_line: Signal<In, Bits<512>>,
+    pub ld_line: Signal<In, Bits<WB>>,
     pub rd_rb: Signal<In, Bits<16>>,
     pub rd_base: Signal<In, Bits<16>>,
     pub rd_off: Signal<In, Bits<16>>,
@@ -174,7 +182,7 @@ pub struct MatrixDatapath {
     cores: ModelState<String>,
 }
 
-impl MatrixDatapath {
+impl<const WB: usize> MatrixDatapath<WB> {
     pub fn new(cores: String) -> Self {
         MatrixDatapath {
             clock: Default::default(),
@@ -208,7 +216,7 @@ impl MatrixDatapath {
     }
 }
 
-impl Logic for MatrixDatapath {
+impl<const WB: usize> Logic for MatrixDatapath<WB> {
     fn update(&mut self) {}
     fn connect(&mut self) {
         self.cap.connect();

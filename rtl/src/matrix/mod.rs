@@ -9,9 +9,11 @@
 //!    traps with the functional simulator's code and ERROR_INFO.
 //! 2. **Load** a group: device memory holds the weights interleaved by lane (docs/isa.md, `matmul`;
 //!    `opu_hw::weight_layout`), a group as `16 pe_lanes K` contiguous bytes (`K` units of 16 bytes per lane:
-//!    its two rows), so the loader requests the group's 64-byte beats in order on the top's weight port
-//!    (two lines per cycle, the `sim` preset's memory bandwidth) and beat `k` carries unit `k / (pe_lanes / 4)`
-//!    of four lanes, which their weight feeds keep. The weight buffer is a ring per lane (`8 x
+//!    its two rows), so the loader requests the group's 64-byte beats in order on the top's weight port,
+//!    `W = OverlayConfig::weight_port_beats` of them per request and per cycle (the memory's bandwidth: 1 at
+//!    `sim`, 2 at `sim-wide`, 32 at `u280`). Beat `k` carries unit `k / (pe_lanes / 4)` of four lanes, which
+//!    their weight feeds keep; the `W` beats of a response are `W` quads of the same unit, so feed `i` takes
+//!    beat `(i / 4) mod W` of a response, a fixed wire. The weight buffer is a ring per lane (`8 x
 //!    weight_row_lines` units) in which groups follow each other, each taking `K` units: the loader runs
 //!    as many groups ahead of the compute as the ring holds (`OverlayConfig::weight_groups_in_buffer`, up to
 //!    `WEIGHT_GROUP_ENTRIES` = 8), so a group costs the longer of its load and its compute, and the memory
@@ -108,7 +110,7 @@ pub enum LoadState {
     Idle,
     /// Waits until the next group's entry and ring positions are free, then takes its geometry (one cycle).
     Group,
-    /// The group's beats are requested, one per cycle (any number in flight).
+    /// The group's beats are requested, `W` per request and a request per cycle (any number in flight).
     Lines,
 }
 
@@ -178,8 +180,9 @@ impl Logic for StartValue {
     }
 }
 
+/// The matrix unit with a weight port of `WB / 512` beats (`WB` bits: [`weight_port_bits`]).
 #[derive(LogicBlock)]
-pub struct Matrix {
+pub struct Matrix<const WB: usize> {
     pub clock: Signal<In, Clock>,
     pub reset: Signal<In, Bit>,
     pub flush: Signal<In, Bit>,
@@ -200,13 +203,13 @@ pub struct Matrix {
     pub trap_pc: Signal<Out, Bits<32>>,
     pub trap_info: Signal<Out, Bits<64>>,
 
-    // ---- device memory (reads only): the weight port, beats of two lines (64 bytes at a 64-byte aligned
-    // `m_addr` in beats), responses in order
+    // ---- device memory (reads only): the weight port, `W` beats of two lines (`64 W` bytes at `m_addr`, in
+    // beats, a multiple of `W`), responses in order, beat `j` at bits `512 j ..`
     pub m_req: Signal<Out, Bit>,
     pub m_req_ready: Signal<In, Bit>,
     pub m_addr: Signal<Out, Bits<64>>,
     pub m_resp: Signal<In, Bit>,
-    pub m_rdata: Signal<In, Bits<512>>,
+    pub m_rdata: Signal<In, Bits<WB>>,
 
     // ---- the scratchpad's line port (`spm::Scratchpad`): words at a word address, read data a cycle later
     pub s_we: Signal<Out, Bits<SPM_BANKS>>,
@@ -225,7 +228,7 @@ pub struct Matrix {
     pub bytes_read: Signal<Out, Bits<64>>,
     pub macs: Signal<Out, Bits<64>>,
 
-    dp: MatrixDatapath,
+    dp: MatrixDatapath<WB>,
     start0: StartValue,
     start1: StartValue,
     round0: Round,
@@ -282,7 +285,8 @@ pub struct Matrix {
     l_gbyte: DFF<Bits<48>>,
     l_grows: DFF<Bits<16>>,
     /// Beats of a group (`K pe_lanes / 4`) and its bytes.
-    nbeats: DFF<Bits<24>>,
+    /// Weight-port requests of a group (`W` beats each).
+    nreqs: DFF<Bits<24>>,
     gbytes: DFF<Bits<48>>,
     req_k: DFF<Bits<24>>,
     resp_k: DFF<Bits<24>>,
@@ -398,11 +402,12 @@ pub struct Matrix {
     group_shift: Constant<Bits<8>>,
     /// Units (16 bytes) of a lane's ring (`8 x weight_row_lines`, a power of two).
     ring: Constant<Bits<16>>,
-    /// A beat's lane quad within a unit row (`pe_lanes / 4 - 1`, a mask) and its shift (log2); the shift of
-    /// a group's bytes from its units per lane (`log2(16 pe_lanes)`); the weights' alignment mask
-    /// (`16 pe_lanes - 1`).
+    /// A beat's lane quad within a unit row (`pe_lanes / 4 - 1`, a mask); log2 of the beats per request
+    /// (`W`) and of the requests per unit row (`pe_lanes / 4 W`); the shift of a group's bytes from its
+    /// units per lane (`log2(16 pe_lanes)`); the weights' alignment mask (`16 pe_lanes - 1`).
     quad_mask: Constant<Bits<24>>,
-    quad_shift: Constant<Bits<8>>,
+    beat_shift: Constant<Bits<8>>,
+    req_shift: Constant<Bits<8>>,
     lane_shift: Constant<Bits<8>>,
     align_mask: Constant<Bits<48>>,
     f_fmt: Constant<Bits<8>>,
@@ -490,13 +495,15 @@ pub struct Matrix {
     red_base: Signal<Local, Bits<RED_BITS>>,
 }
 
-impl Matrix {
-    pub fn new(config: &OverlayConfig, dp_cores: String) -> Matrix {
+impl<const WB: usize> Matrix<WB> {
+    pub fn new(config: &OverlayConfig, dp_cores: String) -> Self {
         let f = |n: &str| k::<8>(u64::from(decode::field("matmul", n).offset));
         let lanes = config.pe_lanes as u64;
         if let Err(e) = check_config(config) {
             panic!("{e}");
         }
+        let beats = u64::from(config.weight_port_beats());
+        assert_eq!(WB, weight_port_bits(config), "the weight port of `{}`", config.name);
         Matrix {
             clock: Default::default(),
             reset: Default::default(),
@@ -564,7 +571,7 @@ impl Matrix {
             rows_left: Default::default(),
             grows: Default::default(),
             gout: Default::default(),
-            nbeats: Default::default(),
+            nreqs: Default::default(),
             gbytes: Default::default(),
             c_buf: Default::default(),
             lstate: Default::default(),
@@ -660,7 +667,8 @@ impl Matrix {
             group_shift: k(u64::from((2 * lanes).trailing_zeros())),
             ring: k(8 * u64::from(config.weight_row_lines())),
             quad_mask: k(lanes / 4 - 1),
-            quad_shift: k(u64::from((lanes / 4).trailing_zeros())),
+            beat_shift: k(u64::from(beats.trailing_zeros())),
+            req_shift: k(u64::from((lanes / 4 / beats).trailing_zeros())),
             lane_shift: k(u64::from((16 * lanes).trailing_zeros())),
             align_mask: k(opu_hw::weight_layout::WeightLayout::align_bytes(config) - 1),
             f_fmt: f("fmt"),
@@ -740,13 +748,13 @@ impl Matrix {
     }
 }
 
-impl Logic for Matrix {
+impl<const WB: usize> Logic for Matrix<WB> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
             self, clock, state, pc, fmt, f32o, accf, redm, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, rd_pend, macs_total, outstanding, rows_left,
-            grows, gout, nbeats, gbytes, req_k, resp_k, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
+            grows, gout, nreqs, gbytes, req_k, resp_k, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
             p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rqd_v, rqd_tok, rqd_first, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
             rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf,
@@ -869,10 +877,11 @@ impl Logic for Matrix {
         }
         // a response of the group filling entry r_buf (none are taken while draining after a flush)
         self.r_valid.next = self.m_resp.val() & (self.state.q.val() != MatrixState::Drain) & (self.state.q.val() != MatrixState::Idle);
-        self.r_last.next = self.resp_k.q.val() + 1 == self.nbeats.q.val();
-        // beat `k` of a group carries unit `k / (pe_lanes / 4)` of lanes `4 (k mod pe_lanes / 4) ..+ 4`
-        self.r_quad.next = bit_cast::<16, 24>(self.resp_k.q.val() & self.quad_mask.val());
-        self.r_pos.next = self.r_base.val() + bit_cast::<16, 24>(self.resp_k.q.val() >> self.quad_shift.val());
+        self.r_last.next = self.resp_k.q.val() + 1 == self.nreqs.q.val();
+        // beat `k` of a group carries unit `k / (pe_lanes / 4)` of lanes `4 (k mod pe_lanes / 4) ..+ 4`;
+        // response `n` is beats `W n .. W n + W`: one unit of quads `W n mod (pe_lanes / 4) ..+ W`
+        self.r_quad.next = bit_cast::<16, 24>((self.resp_k.q.val() << self.beat_shift.val()) & self.quad_mask.val());
+        self.r_pos.next = self.r_base.val() + bit_cast::<16, 24>(self.resp_k.q.val() >> self.req_shift.val());
 
         // ---- datapath wiring
         self.dp.ld_valid.next = self.r_valid.val();
@@ -890,7 +899,7 @@ impl Logic for Matrix {
         self.dp.f_last.next = self.last_blk.val();
         self.dp.f_xf.next = self.xf.q.val();
         self.m_req.next = false;
-        self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 6) + bit_cast::<48, 24>(self.req_k.q.val()));
+        self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 6) + (bit_cast::<48, 24>(self.req_k.q.val()) << self.beat_shift.val()));
 
         // ---- scratchpad: the readout's accesses first, the activation reads when it leaves the port free
         self.ro_read.next = self.ostate.q.val() == OutState::Read;
@@ -1018,7 +1027,7 @@ impl Logic for Matrix {
             }
             MatrixState::Check3 => {
                 self.state.d.next = MatrixState::Check4;
-                self.nbeats.d.next = bit_cast::<24, 16>(self.gspan.q.val()) << self.quad_shift.val();
+                self.nreqs.d.next = bit_cast::<24, 16>(self.gspan.q.val()) << self.req_shift.val();
                 self.gbytes.d.next = bit_cast::<48, 16>(self.gspan.q.val()) << self.lane_shift.val();
                 if ((bit_cast::<32, 20>(self.src.q.val()) << 2) < self.dst_end.val())
                     & ((bit_cast::<32, 20>(self.dst.q.val()) << 2) < self.src_end.val())
@@ -1409,12 +1418,12 @@ impl Logic for Matrix {
                 }
             }
             LoadState::Lines => {
-                // one beat per cycle; with the last one accepted, the next group starts (Group) at once
+                // a request of `W` beats per cycle; with the last one accepted, the next group starts (Group) at once
                 self.m_req.next = true;
                 if self.m_req_ready.val() {
                     self.req_k.d.next = self.req_k.q.val() + 1;
                     self.progress.next = true;
-                    if self.req_k.q.val() + 1 == self.nbeats.q.val() {
+                    if self.req_k.q.val() + 1 == self.nreqs.q.val() {
                         self.l_buf.d.next = self.l_buf.q.val() + 1;
                         self.l_rows_left.d.next = self.l_rows_left.q.val() - self.l_grows.q.val();
                         self.l_gbyte.d.next = self.l_gbyte.q.val() + self.gbytes.q.val();
@@ -1471,37 +1480,76 @@ impl Logic for Matrix {
 }
 
 /// What the matrix unit needs of a config beyond the lane's: 8..=128 lanes, a power of two (the readout's
-/// chunks of 8 lanes, the 8-bit lane select, the group's byte length as a shift).
+/// chunks of 8 lanes, the 8-bit lane select, the group's byte length as a shift), and a memory of `64 W`
+/// bytes per core cycle for a weight port of `W` beats ([`OverlayConfig::weight_port_beats`]): `W` a power
+/// of two up to [`MAX_WEIGHT_PORT_BEATS`] that divides `pe_lanes / 4` (a response is whole quads of one
+/// unit row).
 pub fn check_config(config: &OverlayConfig) -> Result<(), crate::emit::EmitError> {
+    let bad = |what: String| Err(crate::emit::EmitError::Unsupported { unit: "matrix".into(), config: config.name.clone(), what });
     let lanes = config.pe_lanes;
     if !lanes.is_power_of_two() || !(8..=128).contains(&lanes) {
-        return Err(crate::emit::EmitError::Unsupported {
-            unit: "matrix".into(),
-            config: config.name.clone(),
-            what: format!("pe_lanes is {lanes}; the matrix unit is built for a power of two in 8..=128"),
-        });
+        return bad(format!("pe_lanes is {lanes}; the matrix unit is built for a power of two in 8..=128"));
+    }
+    let (beats, peak) = (config.weight_port_beats(), config.peak_bytes_per_cycle());
+    if f64::from(64 * beats) != peak || !beats.is_power_of_two() || beats > MAX_WEIGHT_PORT_BEATS || (lanes / 4) % beats != 0 {
+        return bad(format!(
+            "the memory moves {peak} bytes per core cycle (mem_channels x mem_channel_bits / 8 x mem_clock_mhz / \
+             core_clock_mhz); the weight port is built for 64 x W bytes, W a power of two up to {MAX_WEIGHT_PORT_BEATS} \
+             that divides pe_lanes / 4 = {}",
+            lanes / 4
+        ));
     }
     Ok(())
 }
 
-/// A [`Matrix`] of `config` ready to emit (its datapath is not simulated by rust-hdl).
-pub fn matrix_top(config: &OverlayConfig) -> Result<Matrix, crate::emit::EmitError> {
+/// The widest weight port built: 32 beats (2 KiB a cycle, the u280's HBM).
+pub const MAX_WEIGHT_PORT_BEATS: u32 = 32;
+
+/// Bits of the weight port of `config`: 512 per beat.
+pub fn weight_port_bits(config: &OverlayConfig) -> usize {
+    512 * config.weight_port_beats() as usize
+}
+
+/// Runs `$body` with the const `$wb` set to the weight port's bits of `$config` (checked by
+/// [`check_config`] first): rust-hdl's port widths are types, so the units that carry the port (the
+/// matrix unit, the top) are generic in it.
+macro_rules! with_weight_port {
+    ($config:expr, $wb:ident => $body:expr) => {
+        match $crate::matrix::weight_port_bits($config) {
+            512 => { const $wb: usize = 512; $body }
+            1024 => { const $wb: usize = 1024; $body }
+            2048 => { const $wb: usize = 2048; $body }
+            4096 => { const $wb: usize = 4096; $body }
+            8192 => { const $wb: usize = 8192; $body }
+            16384 => { const $wb: usize = 16384; $body }
+            bits => unreachable!("a weight port of {bits} bits passed check_config"),
+        }
+    };
+}
+pub(crate) use with_weight_port;
+
+/// The Verilog of the matrix unit of `config` (rust-hdl's top module `top`).
+pub fn matrix_verilog(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
+    fn build<const WB: usize>(config: &OverlayConfig) -> Result<String, crate::emit::EmitError> {
+        let m = connect_top!(
+            Matrix::<WB>::new(config, dp_cores(config)?),
+            clock,
+            reset,
+            flush,
+            go,
+            iss_valid,
+            iss_word,
+            iss_pc,
+            m_req_ready,
+            m_resp,
+            m_rdata,
+            s_rdata,
+            red_rdata
+        );
+        crate::emit::checked_verilog(&m)
+    }
     check_config(config)?;
-    Ok(connect_top!(
-        Matrix::new(config, dp_cores(config)?),
-        clock,
-        reset,
-        flush,
-        go,
-        iss_valid,
-        iss_word,
-        iss_pc,
-        m_req_ready,
-        m_resp,
-        m_rdata,
-        s_rdata,
-        red_rdata
-    ))
+    with_weight_port!(config, WB => build::<WB>(config))
 }
 
 /// The Verilog modules under the matrix unit's datapath for `config`: the weight feed, the aligner and

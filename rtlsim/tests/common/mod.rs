@@ -83,10 +83,16 @@ pub fn run_program(who: &str, dev: &mut dyn Device, code: &[u8], data: &[u8]) ->
 /// RTL with a memory that refuses requests at random (`RtlSim::set_backpressure`), which must change
 /// nothing but the time. Returns the RTL's cycles with the memory that takes every request.
 pub fn compare_with_func(text: &str, data: &[u8]) -> u64 {
-    let config = OverlayConfig::sim();
+    compare_with_func_on(&OverlayConfig::sim(), text, data).0
+}
+
+/// [`compare_with_func`] on the top of `config` (a preset of `opu_rtlsim::device::TOPS`); returns the RTL's
+/// cycles and the functional simulator's cycle model's.
+pub fn compare_with_func_on(config: &OverlayConfig, text: &str, data: &[u8]) -> (u64, u64) {
+    let config = config.clone();
     let code = encode_program(&assemble(text).unwrap_or_else(|e| panic!("{e}\n{text}"))).unwrap();
     let mut func = opu_sim::FuncSim::new(&config);
-    let (want, _) = run_program("functional simulator", &mut func, &code, data);
+    let (want, model) = run_program("functional simulator", &mut func, &code, data);
     let mut cycles = 0;
     for backpressure in [0, 0x9e37_79b9_7f4a_7c15u64 ^ text.len() as u64] {
         let mut rtl = opu_rtlsim::RtlSim::new(&config).unwrap();
@@ -112,5 +118,5 @@ pub fn compare_with_func(text: &str, data: &[u8]) -> u64 {
             assert!(want.result.is_err() || c > cycles, "no more cycles with a memory that refuses requests ({c}, {cycles})\n{text}");
         }
     }
-    cycles
+    (cycles, model)
 }
