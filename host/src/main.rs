@@ -138,7 +138,7 @@ enum Command {
     Compile {
         /// A GGUF file, or the name of a known model.
         model: String,
-        /// Overlay: a preset (sim, u280) or a TOML file.
+        /// Overlay: a preset (sim, sim-wide, u280) or a TOML file.
         #[arg(long, default_value = "sim")]
         config: String,
         /// KV cache size in positions (default: the model's context length).
@@ -307,7 +307,7 @@ struct ModelArgs {
     /// Compute threads of the reference path (default: all cores; `bench`: 1).
     #[arg(long)]
     threads: Option<usize>,
-    /// Overlay the model is compiled for and run on (sim and rtl backends): a preset (sim, u280) or a TOML
+    /// Overlay the model is compiled for and run on (sim and rtl backends): a preset (sim, sim-wide, u280) or a TOML
     /// file (`bench`: several, comma-separated). The RTL under Verilator is built for `sim` only.
     #[arg(long, default_value = "sim")]
     config: String,
@@ -400,7 +400,7 @@ struct VcdArgs {
 struct ProgramArgs {
     /// A program container, or raw instructions (16 bytes each).
     program: PathBuf,
-    /// Overlay: a preset (sim, u280) or a TOML file.
+    /// Overlay: a preset (sim, sim-wide, u280) or a TOML file.
     #[arg(long, default_value = "sim")]
     config: String,
     /// The container's code section to run (default: `main`, or its only one).

@@ -74,7 +74,7 @@ pub const UNITS: &[(&str, &str, &str)] = &[
     (
         "sqsum",
         "opu_sqsum",
-        "the fused sum of squares of a 32-byte output chunk (vx_sqsum of the matrix and vector datapaths: 16 FP16 or 8 FP32 values onto the 2^-32 grid), in the matrix datapath's four stages",
+        "the fused sum of squares of a 32-byte output chunk (the matrix and vector datapaths' four stages, sqsum_stages: 16 FP16 or 8 FP32 values onto the 2^-32 grid)",
     ),
     (
         "reduce",

@@ -25,7 +25,7 @@
 //! comes with `sq_clear`; a row's first score comes with `sm_start`).
 //!
 //! The attention unit's instance is [`Reduce::softmax_only`]: built without the sum of squares, whose outputs
-//! stay 0 (the overlay's fused sums of squares are in the matrix and vector datapaths, `vx_sqsum`).
+//! stay 0 (the overlay's fused sums of squares are in the matrix and vector datapaths, `sqsum::sqsum_stages`).
 
 use crate::fp32::{fp_op_verilog, FpOp, Graph, FADD_LATENCY, FMUL_LATENCY, FP32_VERILOG};
 use crate::lane::{acc_bits, ModelState, ACC_BITS};

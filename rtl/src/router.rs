@@ -11,8 +11,9 @@
 //!
 //! Pipeline (register stages): 1 inputs; 2 products (DSP), exponent sums, signs, non-finite flags; 3 each
 //! product on the grid; 4 tree 4 -> 1 (two per row); 5 row sums of the beat; 6 the 96-bit accumulators
-//! (`first` restarts them); 7 the biases added (on a vector's `last` beat); 8 normalization (leading-one
-//! position, shift); 9 FP32 rounding (nearest, ties to even); 10 the comparison, outputs and `done`.
+//! (`first` restarts them); 7 the biases added (on a vector's `last` beat); 8a-8c normalization in three
+//! stages (magnitude, leading-one position, shift: `round`'s, for the 225 MHz budget); 9 FP32 rounding
+//! (nearest, ties to even); 10 the comparison, outputs and `done`.
 //! [`ROUTER_LATENCY`] edges from a vector's last beat to `done`.
 
 use crate::lane::ModelState;
@@ -28,9 +29,9 @@ pub const ROUTER_COLS: usize = 8;
 pub const ROUTER_DSPS: usize = 2 * ROUTER_COLS;
 /// A beat's FP16 bus: column `j` at bits `16j..16j+16`.
 pub const F16_BUS: usize = ROUTER_COLS * 16;
-/// Stages from the edge that takes a beat to its accumulation (S1..S5), and on to `done` (S7..S10).
+/// Stages from the edge that takes a beat to its accumulation (S1..S5), and on to `done` (S7, S8a-c, S9, S10).
 const TO_ACC: usize = 5;
-const ACC_TO_OUT: usize = 4;
+const ACC_TO_OUT: usize = 6;
 /// A vector whose last beat entered at edge `t` has its logits out after edge `t + ROUTER_LATENCY - 1`.
 pub const ROUTER_LATENCY: usize = TO_ACC + 1 + ACC_TO_OUT;
 
@@ -104,7 +105,7 @@ impl Logic for Router {
             s.beats.extend(std::iter::repeat_n(Beat::default(), TO_ACC));
             s.outcomes.extend(std::iter::repeat_n(Outcome::default(), ACC_TO_OUT));
         }
-        // S10: the outcome formed at S6 four edges ago.
+        // S10: the outcome formed at S6 `ACC_TO_OUT` edges ago.
         let o = s.outcomes.pop_front().unwrap_or_default();
         if o.valid {
             s.out = o;
@@ -205,18 +206,19 @@ generate for (g = 0; g < 16; g = g + 1) begin : prod
    assign nf_all[g] = nf2;
 end endgenerate
 reg [15:0] ba2, bb2, ba3, bb3, ba4, bb4, ba5, bb5, ba6, bb6;
-reg v2, v3, v4, v5, v6, v7, v8, v9;
+reg v2, v3, v4, v5, v6, v7, v8, v8b, v8c, v9;
 reg first2, first3, first4, first5, last2, last3, last4, last5;
 reg [15:0] nf3;
 reg nfa4, nfb4, nfa5, nfb5;
 reg signed [95:0] sa4_0, sa4_1, sb4_0, sb4_1, sa5, sb5;
 reg signed [95:0] acc_a, acc_b;
 reg nf_a, nf_b;
-// S7..S9
+// S7..S9 (S8 in three stages: 8, 8b, 8c)
 reg signed [95:0] fa7, fb7;
-reg nfa7, nfb7, nfa8, nfb8;
-reg [102:0] na8, nb8;
-reg signa8, signb8;
+reg nfa7, nfb7, nfa8, nfb8, nfa8b, nfb8b, nfa8c, nfb8c;
+reg [95:0] ma8, mb8, ma8b, mb8b, na8, nb8;
+reg [6:0] ka8b, kb8b, ka8c, kb8c;
+reg signa8, signb8, signa8b, signb8b, signa8c, signb8c;
 reg [31:0] la9, lb9;
 function automatic signed [95:0] g70(input [69:0] v);
    g70 = {{26{v[69]}}, v};
@@ -267,16 +269,32 @@ always @(posedge clock) begin
    fb7 <= acc_b + bias_grid(bb6);
    nfa7 <= nf_a || (ba6[14:10] == 5'd31);
    nfb7 <= nf_b || (bb6[14:10] == 5'd31);
-   // S8: normalize
-   na8 <= acc_norm(fa7, 7'd0);
-   nb8 <= acc_norm(fb7, 7'd0);
+   // S8: normalize, in three stages (the output stage's, `round`): the magnitude, its leading one, the shift
+   ma8 <= acc_mag(fa7);
+   mb8 <= acc_mag(fb7);
    signa8 <= fa7[95];
    signb8 <= fb7[95];
    nfa8 <= nfa7;
    nfb8 <= nfb7;
+   ma8b <= ma8;
+   mb8b <= mb8;
+   ka8b <= acc_msb(ma8);
+   kb8b <= acc_msb(mb8);
+   signa8b <= signa8;
+   signb8b <= signb8;
+   nfa8b <= nfa8;
+   nfb8b <= nfb8;
+   na8 <= acc_align(ma8b, ka8b, 7'd0);
+   nb8 <= acc_align(mb8b, kb8b, 7'd0);
+   ka8c <= ka8b;
+   kb8c <= kb8b;
+   signa8c <= signa8b;
+   signb8c <= signb8b;
+   nfa8c <= nfa8b;
+   nfb8c <= nfb8b;
    // S9: round
-   la9 <= nfa8 ? 32'h7FC00000 : acc_round_f32(signa8, na8[102:96], na8[95:0]);
-   lb9 <= nfb8 ? 32'h7FC00000 : acc_round_f32(signb8, nb8[102:96], nb8[95:0]);
+   la9 <= nfa8c ? 32'h7FC00000 : acc_round_f32(signa8c, ka8c, na8);
+   lb9 <= nfb8c ? 32'h7FC00000 : acc_round_f32(signb8c, kb8c, nb8);
    // S10: compare (FP32 order on sign-magnitude; NaN never skips; the datapath never makes -0)
    if (v9) begin
       l0 <= la9;
@@ -288,7 +306,8 @@ always @(posedge clock) begin
    end
    done <= v9;
    if (reset) begin
-      v1 <= 1'b0; v2 <= 1'b0; v3 <= 1'b0; v4 <= 1'b0; v5 <= 1'b0; v6 <= 1'b0; v7 <= 1'b0; v8 <= 1'b0; v9 <= 1'b0;
+      v1 <= 1'b0; v2 <= 1'b0; v3 <= 1'b0; v4 <= 1'b0; v5 <= 1'b0; v6 <= 1'b0; v7 <= 1'b0; v8 <= 1'b0;
+      v8b <= 1'b0; v8c <= 1'b0; v9 <= 1'b0;
    end else begin
       v1 <= valid;
       v2 <= v1;
@@ -298,7 +317,9 @@ always @(posedge clock) begin
       v6 <= v5 && last5;
       v7 <= v6;
       v8 <= v7;
-      v9 <= v8;
+      v8b <= v8;
+      v8c <= v8b;
+      v9 <= v8c;
    end
 end
 ";

@@ -1,14 +1,13 @@
-//! The fused sum of squares of a stored output chunk on its own (unit `sqsum`): `vx_sqsum`, the Verilog
-//! function of [`crate::vecunit::dp::VX_FUNCTIONS`] that the matrix datapath (`matmul` with `red`) and the
-//! vector datapath (`vop` with `red`) call, registered once, so that it can be tested against opu-hw
-//! ([`accumulate_square`] into a [`WideAcc`]) value by value, extremes included.
+//! The fused sum of squares of a stored output chunk on its own (unit `sqsum`): the stages `vx_sqp1` ..
+//! `vx_sqp4` of [`crate::vecunit::dp::VX_FUNCTIONS`] registered as [`sqsum_stages`] writes them, which the
+//! matrix datapath (`matmul` with `red`) and the vector datapath (`vop` with `red`) both instantiate, so that
+//! this unit's test against opu-hw ([`accumulate_square`] into a [`WideAcc`], value by value, extremes
+//! included) checks their pipeline.
 //!
 //! Inputs: a 32-byte chunk `ch` as stored (16 FP16 halves, or with `f32` 8 FP32 words) and `mask` (bit `k`:
 //! value `k` takes part). Outputs, [`SQSUM_LATENCY`] edges later: the sum of the squares on the accumulator's
 //! 2^-32 grid and its non-finite flag (a non-finite value, or a square of 2^78 units or more; the sum's bits
-//! are then unspecified, as the accumulator's are). The unit is the matrix datapath's pipeline of
-//! `vx_sqsum`'s four stages (`vx_sqp1` .. `vx_sqp4`), a chunk per cycle; the vector datapath chains the same
-//! stages in one (`vx_sqsum`).
+//! are then unspecified, as the accumulator's are), a chunk per cycle.
 
 use crate::lane::{acc_bits, ModelState, ACC_BITS};
 use crate::vecunit::dp::VX_FUNCTIONS;
@@ -17,8 +16,8 @@ use opu_hw::numerics::fp16::f16_to_f32;
 use opu_hw::numerics::vector::accumulate_square;
 use rust_hdl::prelude::*;
 
-/// Edges from a chunk to its sum: the stages of `vx_sqsum` (squares, shifts, sums of four, the sum), each
-/// registered for the 225 MHz budget.
+/// Edges from a chunk to its sum: the four stages (squares, shifts, sums of four, the sum), each registered
+/// for the 225 MHz budget.
 pub const SQSUM_LATENCY: usize = 4;
 
 /// The Verilog of the four stages (with [`VX_FUNCTIONS`] in scope): registers `{prefix}_p1` .. `_p3` and the
@@ -55,7 +54,7 @@ pub fn chunk_sum_of_squares(ch: &[u8; 32], f32_values: bool, mask: u16) -> WideA
     acc
 }
 
-/// `vx_sqsum` registered (see the module docs).
+/// The sum of squares' stages (see the module docs).
 #[derive(Clone, Debug, Default, LogicBlock)]
 pub struct SqSum {
     pub clock: Signal<In, Clock>,

@@ -58,7 +58,7 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
     output reg [96:0] sq_out;
 {vx}
     // the fused reduction: the squares of a stored output chunk, summed in four stages (`SQSUM_LATENCY`
-    // edges: `vx_sqsum`'s stages, for the 225 MHz budget)
+    // edges: `sqsum::sqsum_stages`, for the 225 MHz budget)
 {sq}    wire [{wb}:0] w;
     wire [{db}:0] dm;
     wire [{ab}:0] acc;
@@ -173,7 +173,7 @@ pub struct MatrixDatapath<const WB: usize> {
     pub o_nf0: Signal<Out, Bit>,
     pub o_nf1: Signal<Out, Bit>,
     /// `{nf, sum}` of the squares of `sq_chunk`'s values whose bit in `sq_mask` is set (16 FP16, or 8 FP32
-    /// with `sq_f32`), `sqsum::SQSUM_LATENCY` edges later (`vecunit::dp`'s `vx_sqsum`, in its stages).
+    /// with `sq_f32`), `sqsum::SQSUM_LATENCY` edges later (`sqsum::sqsum_stages`).
     pub sq_chunk: Signal<In, Bits<256>>,
     pub sq_f32: Signal<In, Bit>,
     pub sq_mask: Signal<In, Bits<16>>,

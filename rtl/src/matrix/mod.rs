@@ -29,7 +29,7 @@
 //!    its accumulator (`WideAcc::add_f16` / `add_f32`: the sum is exact, so adding it last gives the same
 //!    bits as starting from it), rounds (`round`: `WideAcc::to_f16` / `to_f32`) and writes the words back.
 //!
-//! 5. **Reduce** (`red`): each stored chunk's values are squared and summed (`vx_sqsum` in the datapath) and
+//! 5. **Reduce** (`red`): each stored chunk's values are squared and summed (`sqsum::sqsum_stages` in the datapath) and
 //!    added to `RED[t]` of its token by a read-modify-write of the reduction file (`red=set` starts from 0
 //!    at the token's first chunk of the first group).
 //!
@@ -54,6 +54,8 @@ use rust_hdl::prelude::*;
 // The table of loaded groups below has eight entries (`b_*_0..8`, 3-bit entry indices, 8-bit masks); the
 // fused reduction's chunks wait three stages (`rqd_*`, delay lines of 3 entries) for their sum of squares.
 const _: () = assert!(crate::sqsum::SQSUM_LATENCY == 4);
+// The rounding's lanes wait in `pr_*`, delay lines of 4 entries.
+const _: () = assert!(crate::round::ROUND_LATENCY == 4);
 const _: () = assert!(opu_hw::config::WEIGHT_GROUP_ENTRIES == 8);
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
@@ -367,10 +369,11 @@ pub struct Matrix<const WB: usize> {
     s1: DFF<Bits<ACC_BITS>>,
     sn0: DFF<Bit>,
     sn1: DFF<Bit>,
-    p3_v: DFF<Bit>,
-    p3_j: DFF<Bits<4>>,
-    p4_v: DFF<Bit>,
-    p4_j: DFF<Bits<4>>,
+    /// The lanes in the rounding's stages (`round::ROUND_LATENCY` = 4): valid bits and lane indices, the
+    /// newest in the low bits; the oldest (bit 3, bits 12..16) is the lane the rounding gives now.
+    pr_v: DFF<Bits<4>>,
+    pr_j: DFF<Bits<16>>,
+    pr_out_j: Signal<Local, Bits<4>>,
     /// The fused reduction: a written chunk waits in a delay line while the sum of squares' stages run (its
     /// valid bit, token and first flag, three stages, the newest in the low bits), its sum comes (1), then its
     /// token's entry (2).
@@ -638,10 +641,9 @@ impl<const WB: usize> Matrix<WB> {
             s1: Default::default(),
             sn0: Default::default(),
             sn1: Default::default(),
-            p3_v: Default::default(),
-            p3_j: Default::default(),
-            p4_v: Default::default(),
-            p4_j: Default::default(),
+            pr_v: Default::default(),
+            pr_j: Default::default(),
+            pr_out_j: Default::default(),
             rqd_v: Default::default(),
             rqd_tok: Default::default(),
             rqd_first: Default::default(),
@@ -756,7 +758,7 @@ impl<const WB: usize> Logic for Matrix<WB> {
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, rd_pend, macs_total, outstanding, rows_left,
             grows, gout, nreqs, gbytes, req_k, resp_k, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
             otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
-            p2_v, p2_j, s0, s1, sn0, sn1, p3_v, p3_j, p4_v, p4_j, rqd_v, rqd_tok, rqd_first, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
+            p2_v, p2_j, s0, s1, sn0, sn1, pr_v, pr_j, rqd_v, rqd_tok, rqd_first, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
             rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf,
             b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_grows_4, b_grows_5, b_grows_6, b_grows_7,
             b_base_0, b_base_1, b_base_2, b_base_3, b_base_4, b_base_5, b_base_6, b_base_7,
@@ -1243,7 +1245,7 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 }
             }
             OutState::Drain => {
-                if !self.p1_v.q.val() & !self.p2_v.q.val() & !self.p3_v.q.val() & !self.p4_v.q.val() {
+                if !self.p1_v.q.val() & !self.p2_v.q.val() & (self.pr_v.q.val() == 0) {
                     self.ostate.d.next = OutState::Write;
                 }
             }
@@ -1294,33 +1296,32 @@ impl<const WB: usize> Logic for Matrix<WB> {
         self.s1.d.next = self.p1_a1.q.val() + self.i1.val();
         self.sn0.d.next = self.p1_n0.q.val() | self.in0.val();
         self.sn1.d.next = self.p1_n1.q.val() | self.in1.val();
-        // stages 3, 4: the rounding
+        // stages 3 to 6: the rounding
         self.round0.acc.next = signed_cast(self.s0.q.val());
         self.round0.nf.next = self.sn0.q.val();
         self.round1.acc.next = signed_cast(self.s1.q.val());
         self.round1.nf.next = self.sn1.q.val();
-        self.p3_v.d.next = self.p2_v.q.val();
-        self.p3_j.d.next = self.p2_j.q.val();
-        self.p4_v.d.next = self.p3_v.q.val();
-        self.p4_j.d.next = self.p3_j.q.val();
+        self.pr_v.d.next = (self.pr_v.q.val() << 1) | bit_cast::<4, 1>(self.p2_v.q.val().into());
+        self.pr_j.d.next = (self.pr_j.q.val() << 4) | bit_cast::<16, 4>(self.p2_j.q.val());
+        self.pr_out_j.next = self.pr_j.q.val().get_bits::<4>(12);
         // placed into the chunk: FP16 pairs at word j, FP32 pairs at words 2j, 2j + 1
-        self.place_sh.next = bit_cast::<9, 4>(self.p4_j.q.val()) << 5;
+        self.place_sh.next = bit_cast::<9, 4>(self.pr_out_j.val()) << 5;
         self.place_v.next = bit_cast::<256, 16>(self.round0.f16.val()) | (bit_cast::<256, 16>(self.round1.f16.val()) << 16);
         self.place_m.next = bit_cast::<256, 64>(self.ones32.val());
         if self.f32o.q.val() {
-            self.place_sh.next = bit_cast::<9, 4>(self.p4_j.q.val()) << 6;
+            self.place_sh.next = bit_cast::<9, 4>(self.pr_out_j.val()) << 6;
             self.place_v.next = bit_cast::<256, 32>(self.round0.f32.val()) | (bit_cast::<256, 32>(self.round1.f32.val()) << 32);
             self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) | (bit_cast::<256, 64>(self.ones32.val()) << 32);
         }
         // a group of odd rows: the last lane's row 1 does not exist, its half of the word keeps the old bytes
-        self.row1_ok.next = self.ochunk_row.q.val() + (bit_cast::<16, 4>(self.p4_j.q.val()) << 1) + 1 < self.ro_grows.q.val();
+        self.row1_ok.next = self.ochunk_row.q.val() + (bit_cast::<16, 4>(self.pr_out_j.val()) << 1) + 1 < self.ro_grows.q.val();
         if !self.row1_ok.val() {
             self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) >> 16;
             if self.f32o.q.val() {
                 self.place_m.next = bit_cast::<256, 64>(self.ones32.val());
             }
         }
-        if self.p4_v.q.val() {
+        if self.pr_v.q.val().get_bit(3) {
             self.outc.d.next = (self.outc.q.val() & !(self.place_m.val() << self.place_sh.val()))
                 | ((self.place_v.val() & self.place_m.val()) << self.place_sh.val());
         }

@@ -23,9 +23,9 @@ use rust_hdl::prelude::*;
 pub const VEC_LANES: usize = 8;
 
 /// Edges from a chunk's inputs to its outputs: inputs sampled at edge `t` come out after edge
-/// `t + dp_latency()` (the unpack register, the lane, rounding, squares, the sum).
+/// `t + dp_latency()` (the unpack register, the lane, rounding, the sum of squares' stages, the output).
 pub fn dp_latency() -> usize {
-    crate::vector::vector_latency() + 3
+    crate::vector::vector_latency() + 2 + crate::sqsum::SQSUM_LATENCY
 }
 
 /// The conversions and the square term, as Verilog functions (names `vx_*`).
@@ -106,10 +106,11 @@ endfunction
 // past 2^78 whichever bit leads). The square of an FP16 h on the same grid is exact (h^2 < 2^32 never
 // overflows): sig^2 * 2^(2 E - 18) with sig the 11-bit significand, E the exponent field (1 for
 // subnormals); nf for infinities and NaN.
-// The sum of squares in stages, for the 225 MHz budget (`vx_sqsum` is these stages chained): (1) each
-// value's class, significand square and shift (a masked-off value is a zero), (2) each square shifted onto
-// the accumulator grid, (3) sums of four terms, (4) the chunk's sum and flag. Every stage is exact integer
-// work, so the chained stages give `vx_sqsum`'s bits.
+// The sum of squares of a 32-byte chunk's values as stored (16 FP16 halves or, with f32, 8 FP32 words; those
+// whose bit in `mask` is set) on the accumulator grid, `{nf, sum}`, in stages for the 225 MHz budget (each
+// kind in its own adder tree: 8 terms below 2^79, 16 below 2^64): (1) each value's class, significand square
+// and shift (a masked-off value is a zero), (2) each square shifted onto the accumulator grid, (3) sums of
+// four terms, (4) the chunk's sum and flag (`sqsum::sqsum_stages` registers them).
 // stage 1 -> 2, per FP32 value k (57 bits at 57 k): {nf, zero, sq[47:0], k[6:0]}; per FP16 value k (29 bits
 // at 456 + 29 k): {nf, sq[21:0], j[5:0]}; bit 920: f32
 function automatic [920:0] vx_sqp1(input [255:0] ch, input f32, input [15:0] mask);
@@ -208,12 +209,6 @@ function automatic [96:0] vx_sqp4(input [428:0] p);
       s16 = {2'd0, p[227:162]} + {2'd0, p[293:228]} + {2'd0, p[359:294]} + {2'd0, p[425:360]};
       vx_sqp4 = p[428] ? {p[426], 14'd0, s32} : {p[427], 28'd0, s16};
    end
-endfunction
-// {nf, sum}: the squares of a 32-byte chunk's values as stored, 16 FP16 halves or (f32) 8 FP32 words,
-// those whose bit in `mask` is set, summed on the accumulator grid (each kind in its own adder tree: 8
-// terms below 2^79, 16 below 2^64): the stages above in one
-function automatic [96:0] vx_sqsum(input [255:0] ch, input f32, input [15:0] mask);
-   vx_sqsum = vx_sqp4(vx_sqp3(vx_sqp2(vx_sqp1(ch, f32, mask))));
 endfunction
 ";
 
@@ -337,13 +332,13 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
         wp <= (reset || wp == 8'd{lm1}) ? 8'd0 : wp + 8'd1;
         sv <= reset ? {l}'d0 : {{sv[{lm2}:0], v0}};
     end
-    // ---- store side: FP16 rounding and FP32 canonical (1), the squares of the values as stored (2), their
-    // sum over the valid lanes (3)
-    reg v1, v2;
-    reg [107:0] side1, side2;
-    reg [255:0] f1, f2;
-    reg [127:0] h01, h02, h11, h12;
-    reg [96:0] sq2;
+    // ---- store side: FP16 rounding and FP32 canonical (1), the squares of the values as stored and their
+    // sum over the valid lanes in `sqsum::SQSUM_LATENCY` stages (`vx_sqp1` .. `vx_sqp4`, for the 225 MHz
+    // budget: 13.1 ns in one), beside which the chunk's results wait in a delay line; then the outputs
+    reg v1;
+    reg [107:0] side1;
+    reg [255:0] f1;
+    reg [127:0] h01, h11;
     integer t;
     always @(posedge clock) begin
         v1 <= reset ? 1'b0 : sv[{lm1}];
@@ -353,24 +348,31 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
             h01[16 * t +: 16] <= vx_f2h(y0[32 * t +: 32]);
             h11[16 * t +: 16] <= vx_f2h(y1[32 * t +: 32]);
         end
-        v2 <= reset ? 1'b0 : v1;
-        side2 <= side1;
-        f2 <= f1;
-        h02 <= h01;
-        h12 <= h11;
-        sq2 <= vx_sqsum(dd16 ? {{128'd0, h01}} : f1, !dd16, {{8'd0, side1[71:64]}});
     end
+    reg [96:0] sq;
+{sq}
+    // the delay line: {{v, side, f32, h0, h1}} of the chunk whose squares are in the stages
+    localparam DW = 1 + 108 + 256 + 128 + 128;
+    reg [DW - 1:0] dl [0:{sqm1}];
+    integer u;
     always @(posedge clock) begin
-        o_valid <= reset ? 1'b0 : v2;
-        o_meta <= side2[63:0];
-        o_am_found <= side2[72];
-        o_am_idx <= side2[75:73];
-        o_am_key <= side2[107:76];
-        o_f32 <= f2;
-        o_h0 <= h02;
-        o_h1 <= h12;
-        o_sq <= sq2[95:0];
-        o_sqnf <= sq2[96];
+        dl[0] <= {{reset ? 1'b0 : v1, side1, f1, h01, h11}};
+        for (u = 1; u < {sql}; u = u + 1)
+            dl[u] <= {{reset ? 1'b0 : dl[u - 1][DW - 1], dl[u - 1][DW - 2:0]}};
+    end
+    wire [DW - 1:0] dq = dl[{sqm1}];
+    wire [107:0] side_q = dq[DW - 2 -: 108];
+    always @(posedge clock) begin
+        o_valid <= reset ? 1'b0 : dq[DW - 1];
+        o_meta <= side_q[63:0];
+        o_am_found <= side_q[72];
+        o_am_idx <= side_q[75:73];
+        o_am_key <= side_q[107:76];
+        o_f32 <= dq[511:256];
+        o_h0 <= dq[255:128];
+        o_h1 <= dq[127:0];
+        o_sq <= sq[95:0];
+        o_sqnf <= sq[96];
     end
     genvar q;
     generate
@@ -383,6 +385,9 @@ endmodule // opu_vector_dp
         lat = dp_latency(),
         lm1 = l - 1,
         lm2 = l - 2,
+        sq = crate::sqsum::sqsum_stages("vsq", "(dd16 ? {128'd0, h01} : f1)", "!dd16", "{8'd0, side1[71:64]}", "sq"),
+        sql = crate::sqsum::SQSUM_LATENCY,
+        sqm1 = crate::sqsum::SQSUM_LATENCY - 1,
     )
 }
 

@@ -33,6 +33,9 @@ use crate::ctrl::{constant as k, decode};
 use crate::lane::ACC_BITS;
 use crate::red::RED_BITS;
 use crate::round::Round;
+
+// rmsnorm waits for the rounding of `RED[j]` in states RedRound0..4: a cycle for the read, four stages.
+const _: () = assert!(crate::round::ROUND_LATENCY == 4);
 use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use dp::VectorDatapath;
 pub use dp::VEC_LANES;
@@ -70,6 +73,8 @@ pub enum VecState {
     RedRound0,
     RedRound1,
     RedRound2,
+    RedRound3,
+    RedRound4,
     InvIssue,
     InvWait,
     /// The chunks' operand reads.
@@ -1095,6 +1100,12 @@ impl Logic for VectorUnit {
                 self.state.d.next = VecState::RedRound2;
             }
             VecState::RedRound2 => {
+                self.state.d.next = VecState::RedRound3;
+            }
+            VecState::RedRound3 => {
+                self.state.d.next = VecState::RedRound4;
+            }
+            VecState::RedRound4 => {
                 self.state.d.next = VecState::InvIssue;
             }
             VecState::InvIssue => {

@@ -76,7 +76,7 @@ mod rtl {
     pub const MATMUL_TAIL: u64 = 10;
     pub const MATMUL_LANE_W4MIN: u64 = 11;
     pub const MATMUL_LANE: u64 = 10;
-    pub const MATMUL_CHUNK: u64 = 8;
+    pub const MATMUL_CHUNK: u64 = 10;
     /// After a group's last step, its last token's capture and the next group's start (which does not
     /// wait for the readout), where the next group is in the ring already (one whose last beat comes later
     /// starts when it is loaded: `ready`). Fitted on groups that follow at the compute's pace.
@@ -92,12 +92,12 @@ mod rtl {
     /// read-modify-write of `RED`.
     pub const MATMUL_RED_DRAIN: u64 = 5;
     /// The vector unit: checks, the lanes' depth and the store.
-    pub const VECTOR_BASE: u64 = 198;
+    pub const VECTOR_BASE: u64 = 201;
     /// `rmsnorm`: the inverse root of a row (its `rms_inv` through a lane) before the row streams.
-    pub const RMS_INV: u64 = 191;
+    pub const RMS_INV: u64 = 196;
     /// `attn`: checks and the depths of the router, the scale lane, the softmax and the lanes, besides the
-    /// first position's memory latency (fitted as 214 cycles in all at the `sim` preset's latency of 64).
-    pub const ATTN_BASE: u64 = 150;
+    /// first position's memory latency (fitted as 216 cycles in all at the `sim` preset's latency of 64).
+    pub const ATTN_BASE: u64 = 152;
     /// `attn`: `recip(l)`'s pipeline (45 stages and the write), which takes a head per cycle.
     pub const ATTN_RECIP: u64 = 46;
     /// `attn`: the least cycles between two positions' updates (the lanes' depth and the output buffer's
@@ -112,7 +112,7 @@ mod rtl {
     /// that takes it, beyond the memory latency.
     pub const INDEX_LINE: u64 = 3;
     /// `route`: checks, the biases, the router's depth.
-    pub const ROUTE_BASE: u64 = 145;
+    pub const ROUTE_BASE: u64 = 147;
     /// A DMA read's own cycles besides the latency and its lines; a write's.
     pub const LOAD_EXTRA: u64 = 3;
     pub const STORE_EXTRA: u64 = 4;
