@@ -26,13 +26,24 @@ pub const ROUND_VERILOG: &str = "\
 function automatic [95:0] acc_mag(input signed [95:0] v);
    acc_mag = v[95] ? -v : v;
 endfunction
-// the leading one's position of mag (0 for zero)
+// the leading one's position of mag (0 for zero), as a tree: each byte's leading one, and the highest nonzero
+// byte (a priority chain over the 96 bits maps to a chain of multiplexers: 8.7 ns by the estimate)
 function automatic [6:0] acc_msb(input [95:0] mag);
-   integer i;
+   reg [11:0] nz;
+   reg [35:0] pos;
+   reg [3:0] hi;
+   integer g, i;
    begin
-      acc_msb = 7'd0;
-      for (i = 0; i < 96; i = i + 1)
-         if (mag[i]) acc_msb = i[6:0];
+      for (g = 0; g < 12; g = g + 1) begin
+         nz[g] = |mag[8 * g +: 8];
+         pos[3 * g +: 3] = 3'd0;
+         for (i = 0; i < 8; i = i + 1)
+            if (mag[8 * g + i]) pos[3 * g +: 3] = i[2:0];
+      end
+      hi = 4'd0;
+      for (g = 0; g < 12; g = g + 1)
+         if (nz[g]) hi = g[3:0];
+      acc_msb = {hi, pos[3 * hi +: 3]};
    end
 endfunction
 // mag << (95 - max(msb, kmin)): position max(msb, kmin) at bit 95 (kmin: the lowest position a normal number

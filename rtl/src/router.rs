@@ -205,7 +205,12 @@ generate for (g = 0; g < 16; g = g + 1) begin : prod
    assign grid_all[70*g +: 70] = g3;
    assign nf_all[g] = nf2;
 end endgenerate
-reg [15:0] ba2, bb2, ba3, bb3, ba4, bb4, ba5, bb5, ba6, bb6;
+reg [15:0] ba2, bb2, ba3, bb3, ba4, bb4, ba5, bb5;
+// the biases on the grid, formed beside the products and the accumulation (the shift at S5, the sign at S6) so
+// that S7 is one 96-bit add
+reg [47:0] ma5, mb5;
+reg signed [95:0] ga6, gb6;
+reg nba6, nbb6;
 reg v2, v3, v4, v5, v6, v7, v8, v8b, v8c, v9;
 reg first2, first3, first4, first5, last2, last3, last4, last5;
 reg [15:0] nf3;
@@ -223,14 +228,15 @@ reg [31:0] la9, lb9;
 function automatic signed [95:0] g70(input [69:0] v);
    g70 = {{26{v[69]}}, v};
 endfunction
-// an FP16 bias on the grid: sig * 2^(exp - 25 + 32), exp >= 1, so a left shift by 8..37
-function automatic signed [95:0] bias_grid(input [15:0] h);
-   reg signed [95:0] sig;
+// an FP16 bias's magnitude on the grid: sig * 2^(exp - 25 + 32), exp >= 1, so a left shift by 8..37 (its
+// sign is applied a stage later)
+function automatic [47:0] bias_mag(input [15:0] h);
+   reg [47:0] sig;
    reg [5:0] sh;
    begin
-      sig = {85'd0, h[14:10] != 5'd0, h[9:0]};
+      sig = {37'd0, h[14:10] != 5'd0, h[9:0]};
       sh = ((h[14:10] == 5'd0) ? 6'd1 : {1'b0, h[14:10]}) + 6'd7;
-      bias_grid = h[15] ? -(sig <<< sh) : (sig <<< sh);
+      bias_mag = sig << sh;
    end
 endfunction
 always @(posedge clock) begin
@@ -262,13 +268,17 @@ always @(posedge clock) begin
       nf_a <= (!first5 && nf_a) || nfa5;
       nf_b <= (!first5 && nf_b) || nfb5;
    end
-   ba6 <= ba5;
-   bb6 <= bb5;
+   ma5 <= bias_mag(ba4);
+   mb5 <= bias_mag(bb4);
+   ga6 <= ba5[15] ? -$signed({48'd0, ma5}) : $signed({48'd0, ma5});
+   gb6 <= bb5[15] ? -$signed({48'd0, mb5}) : $signed({48'd0, mb5});
+   nba6 <= ba5[14:10] == 5'd31;
+   nbb6 <= bb5[14:10] == 5'd31;
    // S7: the biases
-   fa7 <= acc_a + bias_grid(ba6);
-   fb7 <= acc_b + bias_grid(bb6);
-   nfa7 <= nf_a || (ba6[14:10] == 5'd31);
-   nfb7 <= nf_b || (bb6[14:10] == 5'd31);
+   fa7 <= acc_a + ga6;
+   fb7 <= acc_b + gb6;
+   nfa7 <= nf_a || nba6;
+   nfb7 <= nf_b || nbb6;
    // S8: normalize, in three stages (the output stage's, `round`): the magnitude, its leading one, the shift
    ma8 <= acc_mag(fa7);
    mb8 <= acc_mag(fb7);
