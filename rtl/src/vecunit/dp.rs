@@ -21,6 +21,8 @@ use rust_hdl::prelude::*;
 
 /// Lanes of the vector unit: one scratchpad line of FP32 values per cycle.
 pub const VEC_LANES: usize = 8;
+// the argmax tree below (`am_c`, `am_l1`, `side1`) is written for 8 lanes: pairs, pairs of pairs, the last pick
+const _: () = assert!(VEC_LANES == 8);
 
 /// Edges from a chunk's inputs to its outputs: inputs sampled at edge `t` come out after edge
 /// `t + dp_latency()` (the unpack register, the lane, rounding, the sum of squares' stages, the output).
@@ -291,22 +293,27 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
             endcase
         end
     end
-    // argmax of the chunk's valid lanes (stage 0's values, as `a`)
-    reg am_f;
-    reg [2:0] am_i;
-    reg [31:0] am_k;
-    integer j;
-    always @* begin
-        am_f = 1'b0;
-        am_i = 3'd0;
-        am_k = 32'd0;
-        for (j = 0; j < {n}; j = j + 1)
-            if (m0[j] && !vx_isnan(ua[32 * j +: 32]) && (!am_f || (vx_key(ua[32 * j +: 32]) > am_k))) begin
-                am_f = 1'b1;
-                am_i = j[2:0];
-                am_k = vx_key(ua[32 * j +: 32]);
-            end
-    end
+    // argmax of the chunk's valid lanes (stage 0's values, as `a`): a tree of pairwise choices, a level per
+    // stage (a chain of eight 32-bit compares in one stage was 14.0 ns by the estimate): the four pairs here,
+    // into the ring beside the lanes; their two pairs as the ring's entry comes out (`side1`); the last choice
+    // into the delay line. A candidate is {{found, index, key}} (36 bits); of two, the one with the lower
+    // indices wins unless the other is found with a greater key: ties to the lower index, NaN and masked
+    // lanes never
+    function automatic [35:0] vx_am_pick(input [35:0] lo, input [35:0] hi);
+        vx_am_pick = (lo[35] && (!hi[35] || lo[31:0] >= hi[31:0])) ? lo : hi;
+    endfunction
+    wire [287:0] am_c;
+    wire [143:0] am_l1;
+    genvar ac;
+    generate
+        for (ac = 0; ac < {n}; ac = ac + 1) begin : am_cand
+            localparam [2:0] IDX = ac;
+            assign am_c[36 * ac +: 36] = {{m0[ac] && !vx_isnan(ua[32 * ac +: 32]), IDX, vx_key(ua[32 * ac +: 32])}};
+        end
+        for (ac = 0; ac < {n} / 2; ac = ac + 1) begin : am_pair
+            assign am_l1[36 * ac +: 36] = vx_am_pick(am_c[72 * ac +: 36], am_c[72 * ac + 36 +: 36]);
+        end
+    endgenerate
     // ---- the lanes ({l} edges), and what travels beside them
     wire [255:0] y0, y1;
     genvar g;
@@ -323,12 +330,12 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
         end
     endgenerate
     // a ring of {l} entries: the entry written at an edge is read {lm1} edges later, beside the lane's result
-    reg [107:0] side [0:{lm1}];
+    reg [215:0] side [0:{lm1}];
     reg [7:0] wp;
     reg [{lm1}:0] sv;
-    wire [107:0] side_out = side[wp];
+    wire [215:0] side_out = side[wp];
     always @(posedge clock) begin
-        side[wp] <= {{am_k, am_i, am_f, m0, meta0}};
+        side[wp] <= {{am_l1, m0, meta0}};
         wp <= (reset || wp == 8'd{lm1}) ? 8'd0 : wp + 8'd1;
         sv <= reset ? {l}'d0 : {{sv[{lm2}:0], v0}};
     end
@@ -336,13 +343,18 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
     // sum over the valid lanes in `sqsum::SQSUM_LATENCY` stages (`vx_sqp1` .. `vx_sqp4`, for the 225 MHz
     // budget: 13.1 ns in one), beside which the chunk's results wait in a delay line; then the outputs
     reg v1;
-    reg [107:0] side1;
+    // side1: {{the argmax's two candidates, lanes, meta}}; `side1_am`: the chunk's {{key, index, found, lanes,
+    // meta}} as the outputs take it
+    reg [143:0] side1;
+    wire [35:0] am_best = vx_am_pick(side1[107:72], side1[143:108]);
+    wire [107:0] side1_am = {{am_best[31:0], am_best[34:32], am_best[35], side1[71:0]}};
     reg [255:0] f1;
     reg [127:0] h01, h11;
     integer t;
     always @(posedge clock) begin
         v1 <= reset ? 1'b0 : sv[{lm1}];
-        side1 <= side_out;
+        side1 <= {{vx_am_pick(side_out[179:144], side_out[215:180]), vx_am_pick(side_out[107:72], side_out[143:108]),
+            side_out[71:0]}};
         for (t = 0; t < {n}; t = t + 1) begin
             f1[32 * t +: 32] <= vx_canon(y0[32 * t +: 32]);
             h01[16 * t +: 16] <= vx_f2h(y0[32 * t +: 32]);
@@ -356,7 +368,7 @@ module opu_vector_dp(clock, reset, i_valid, i_op, i_a, i_b, i_c, i_d, i_amode, i
     reg [DW - 1:0] dl [0:{sqm1}];
     integer u;
     always @(posedge clock) begin
-        dl[0] <= {{reset ? 1'b0 : v1, side1, f1, h01, h11}};
+        dl[0] <= {{reset ? 1'b0 : v1, side1_am, f1, h01, h11}};
         for (u = 1; u < {sql}; u = u + 1)
             dl[u] <= {{reset ? 1'b0 : dl[u - 1][DW - 1], dl[u - 1][DW - 2:0]}};
     end
