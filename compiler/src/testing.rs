@@ -1,10 +1,11 @@
-//! Small synthetic llama models for tests: real GGUF files (Q4_1 / Q8_0 / F32 tensors, llama metadata) with
-//! seeded random weights, fast enough for the simulators in debug builds.
+//! Small synthetic llama models for tests: real GGUF files (Q4_1 / F16 / Q8_0 / F32 tensors, llama metadata)
+//! with seeded random weights, fast enough for the simulators in debug builds.
 
 use crate::gguf::{GgufWriter, Value};
 use crate::llama::{LayerNames, OUTPUT_NORM, TOKEN_EMBD};
 use crate::routers::{Block, Router, Routers};
 use opu_hw::numerics::weights::{quantize_block, WeightFormat};
+use opu_hw::numerics::fp16::f32_to_f16;
 use opu_hw::numerics::BLOCK;
 
 /// Shape of a synthetic model.
@@ -18,11 +19,13 @@ pub struct TinyLlama {
     pub vocab: usize,
     pub context: usize,
     pub seed: u64,
+    /// The layers' matrices: Q4_1 (`W4Min`, the default) or F16.
+    pub matrices: WeightFormat,
 }
 
 impl Default for TinyLlama {
     fn default() -> Self {
-        TinyLlama { n_layer: 2, n_embd: 64, n_head: 4, n_head_kv: 2, n_ff: 128, vocab: 96, context: 64, seed: 1 }
+        TinyLlama { n_layer: 2, n_embd: 64, n_head: 4, n_head_kv: 2, n_ff: 128, vocab: 96, context: 64, seed: 1, matrices: WeightFormat::W4Min }
     }
 }
 
@@ -40,7 +43,7 @@ impl Rng {
 }
 
 impl TinyLlama {
-    /// The GGUF bytes. Matrices are Q4_1 (the embedding Q8_0, tied to the output), norms F32.
+    /// The GGUF bytes. Matrices are Q4_1 or F16 (`matrices`; the embedding Q8_0, tied to the output), norms F32.
     pub fn gguf(&self) -> Vec<u8> {
         let mut rng = Rng(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut w = GgufWriter::new();
@@ -58,18 +61,23 @@ impl TinyLlama {
             .kv("tokenizer.ggml.tokens", Value::Array(tokens));
         let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, fmt: WeightFormat, scale: f32| {
             let mut bytes = Vec::new();
-            for _ in 0..rows * cols / BLOCK {
-                let x: [f32; BLOCK] = std::array::from_fn(|_| rng.next() * scale);
-                quantize_block(fmt, &x, &mut bytes);
+            if fmt == WeightFormat::F16 {
+                bytes.extend((0..rows * cols).flat_map(|_| f32_to_f16(rng.next() * scale).to_le_bytes()));
+            } else {
+                for _ in 0..rows * cols / BLOCK {
+                    let x: [f32; BLOCK] = std::array::from_fn(|_| rng.next() * scale);
+                    quantize_block(fmt, &x, &mut bytes);
+                }
             }
             let ty = match fmt {
                 WeightFormat::W4Min => 3,
                 WeightFormat::W8 => 8,
-                _ => unreachable!("tiny models use Q4_1 and Q8_0"),
+                WeightFormat::F16 => 1,
+                WeightFormat::W4 => unreachable!("tiny models use Q4_1, F16 and Q8_0"),
             };
             w.tensor(name, &[cols as u64, rows as u64], ty, bytes);
         };
-        let (e, kv, f) = (self.n_embd, self.n_head_kv * (self.n_embd / self.n_head), self.n_ff);
+        let (e, kv, f, m) = (self.n_embd, self.n_head_kv * (self.n_embd / self.n_head), self.n_ff, self.matrices);
         let norm = |w: &mut GgufWriter, name: &str| {
             let g: Vec<u8> = (0..e).flat_map(|i| (1.0 + 0.25 * ((i as f32) * 0.37).sin()).to_le_bytes()).collect();
             w.tensor(name, &[e as u64], 0, g);
@@ -79,14 +87,14 @@ impl TinyLlama {
             let n = LayerNames::new(l);
             let s = 1.0 / (e as f32).sqrt() * 2.0;
             norm(&mut w, &n.attn_norm);
-            matrix(&mut w, &n.wq, e, e, WeightFormat::W4Min, s);
-            matrix(&mut w, &n.wk, kv, e, WeightFormat::W4Min, s);
-            matrix(&mut w, &n.wv, kv, e, WeightFormat::W4Min, s);
-            matrix(&mut w, &n.wo, e, e, WeightFormat::W4Min, s);
+            matrix(&mut w, &n.wq, e, e, m, s);
+            matrix(&mut w, &n.wk, kv, e, m, s);
+            matrix(&mut w, &n.wv, kv, e, m, s);
+            matrix(&mut w, &n.wo, e, e, m, s);
             norm(&mut w, &n.ffn_norm);
-            matrix(&mut w, &n.w_gate, f, e, WeightFormat::W4Min, s);
-            matrix(&mut w, &n.w_up, f, e, WeightFormat::W4Min, s);
-            matrix(&mut w, &n.w_down, e, f, WeightFormat::W4Min, 1.0 / (f as f32).sqrt() * 2.0);
+            matrix(&mut w, &n.w_gate, f, e, m, s);
+            matrix(&mut w, &n.w_up, f, e, m, s);
+            matrix(&mut w, &n.w_down, e, f, m, 1.0 / (f as f32).sqrt() * 2.0);
         }
         norm(&mut w, OUTPUT_NORM);
         w.to_bytes()

@@ -21,7 +21,7 @@ use opu_hw::OverlayConfig;
 fn main() -> anyhow::Result<()> {
     let layers: usize = std::env::args().nth(1).map_or(Ok(2), |s| s.parse())?;
     let configs = std::env::args().nth(2).unwrap_or_else(|| "u280".into());
-    let shape = TinyLlama { n_layer: layers, n_embd: 4096, n_head: 32, n_head_kv: 32, n_ff: 11008, vocab: 32000, context: 256, seed: 7 };
+    let shape = TinyLlama { n_layer: layers, n_embd: 4096, n_head: 32, n_head_kv: 32, n_ff: 11008, vocab: 32000, context: 256, seed: 7, ..Default::default() };
     let t = Instant::now();
     let path = std::env::temp_dir().join(format!("opu-llama7b-shape-{layers}.gguf"));
     std::fs::write(&path, shape.gguf())?;

@@ -34,6 +34,9 @@ const TO_ACC: usize = 5;
 const ACC_TO_OUT: usize = 6;
 /// A vector whose last beat entered at edge `t` has its logits out after edge `t + ROUTER_LATENCY - 1`.
 pub const ROUTER_LATENCY: usize = TO_ACC + 1 + ACC_TO_OUT;
+/// A vector whose last beat entered at edge `t` has its accumulators out (`acc_done`) after edge
+/// `t + ROUTER_ACC_LATENCY - 1`.
+pub const ROUTER_ACC_LATENCY: usize = TO_ACC + 1;
 
 /// The rules this unit implements (the logits and the decision): `opu_hw::numerics::router`.
 pub use opu_hw::numerics::router::{decide, route};
@@ -72,6 +75,15 @@ struct RouterModel {
     out: Outcome,
 }
 
+/// The 96-bit two's complement of an accumulator's fixed-point value (the RTL's register).
+fn acc_bits(a: &WideAcc) -> Bits<96> {
+    let v = a.fixed as u128 & ((1u128 << 96) - 1);
+    let mut b = Bits::<96>::default();
+    b.set_bits::<64>(0, Bits::<64>::from(v as u64));
+    b.set_bits::<32>(64, Bits::<32>::from((v >> 64) as u64));
+    b
+}
+
 /// The router unit. Feed a vector's beats (`valid`; `first` on the first, `last` with the biases `b0`, `b1`
 /// on the last); `done` rises for one cycle with the logits `l0` (execute), `l1` (skip) as FP32 bits and
 /// `skip`, which hold until the next `done`.
@@ -91,6 +103,15 @@ pub struct Router {
     pub l1: Signal<Out, Bits<32>>,
     pub skip: Signal<Out, Bit>,
     pub done: Signal<Out, Bit>,
+    /// The two accumulators as they stand after a vector's last beat, before the biases and the rounding
+    /// (96 bits on the 2^-32 grid, and the non-finite flags), valid while `acc_done` is high: the cycle after
+    /// the last beat's accumulation (S6), [`ROUTER_ACC_LATENCY`] edges after the beat. The matrix unit's
+    /// `fmt=f16` takes them to its own start value and rounding.
+    pub acc0: Signal<Out, Bits<96>>,
+    pub acc1: Signal<Out, Bits<96>>,
+    pub nf0: Signal<Out, Bit>,
+    pub nf1: Signal<Out, Bit>,
+    pub acc_done: Signal<Out, Bit>,
     state: ModelState<RouterModel>,
 }
 
@@ -113,6 +134,7 @@ impl Logic for Router {
         // S6: the beat taken five edges ago.
         let b = s.beats.pop_front().unwrap_or_default();
         let mut next = Outcome::default();
+        let acc_done = b.valid && b.last && !reset;
         if b.valid {
             for r in 0..2 {
                 let base = if b.first { WideAcc::ZERO } else { s.acc[r] };
@@ -153,12 +175,22 @@ impl Logic for Router {
         self.l1.next = u64::from(s.out.l[1]).into();
         self.skip.next = s.out.skip;
         self.done.next = o.valid;
+        self.acc0.next = acc_bits(&s.acc[0]);
+        self.acc1.next = acc_bits(&s.acc[1]);
+        self.nf0.next = s.acc[0].nonfinite;
+        self.nf1.next = s.acc[1].nonfinite;
+        self.acc_done.next = acc_done;
     }
     fn connect(&mut self) {
         self.l0.connect();
         self.l1.connect();
         self.skip.connect();
         self.done.connect();
+        self.acc0.connect();
+        self.acc1.connect();
+        self.nf0.connect();
+        self.nf1.connect();
+        self.acc_done.connect();
     }
     fn hdl(&self) -> Verilog {
         Verilog::Custom(format!("{ROUND_VERILOG}{ROUTER_VERILOG}"))
@@ -239,6 +271,14 @@ function automatic [47:0] bias_mag(input [15:0] h);
       bias_mag = sig << sh;
    end
 endfunction
+// the accumulators after a vector's last beat, before the biases (the matrix unit's `fmt=f16`)
+always @(*) begin
+   acc0 = acc_a;
+   acc1 = acc_b;
+   nf0 = nf_a;
+   nf1 = nf_b;
+   acc_done = v6;
+end
 always @(posedge clock) begin
    x1 <= x;
    wa1 <= w0;

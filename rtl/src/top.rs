@@ -3,7 +3,7 @@
 //! (`attn`, `kvappend`, the KV history buffer, and `route` on its router datapath), each behind its issue
 //! queue, and the 8-bank scratchpad, on device memory (a line port and a weight port). It runs programs of control, scalar, DMA,
 //! `matmul`, vector and attention instructions, and `RED` (`red::RedFile`) between the matrix unit's fused
-//! reduction and the vector unit; the matrix unit's `f16` format is not built yet, so such an instruction is
+//! reduction and the vector unit. `conv` and `maxpool` (the CNN path) are not built: such an instruction is
 //! never accepted (the run stalls until the watchdog ends it).
 //!
 //! The units exchange data through the scratchpad and device memory, so the core issues to one of them only

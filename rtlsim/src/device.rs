@@ -3,7 +3,7 @@
 //!
 //! The top holds the register file, the controller core, the DMA, matrix, vector and attention units and the
 //! scratchpad on one memory port (docs/rtl.md, "Control (`ctrl`), the DMA unit and the top so far"); compiled
-//! programs run on it (everything but `matmul fmt=f16`, `conv` and `maxpool`). The memory model answers reads
+//! programs run on it (everything but `conv` and `maxpool`, the CNN path's). The memory model answers reads
 //! in order after `mem_latency_cycles` of the config, per cycle one request of the line port (32 bytes) or
 //! of the weight port (`W = OverlayConfig::weight_port_beats` 64-byte beats, the config's bytes per core
 //! cycle: its channels side by side, each answering its share of the request in the same cycle, as an

@@ -63,21 +63,36 @@ impl Case {
     fn out_row(&self) -> u32 {
         (self.rows * if self.f32_out { 4 } else { 2 }).div_ceil(4) * 4
     }
+    /// A token's activation row in the scratchpad and in device memory: its FP16 values padded to 4 bytes
+    /// (whole blocks but for F16, whose rows may have any number of columns).
+    fn src_row(&self) -> u32 {
+        (self.cols * 2).div_ceil(4) * 4
+    }
     /// The device-memory image: activation blocks, weight rows, old outputs (finite FP16 / FP32 values).
     fn data(&self, rng: &mut Rng) -> Vec<u8> {
         let end = WINDOW.max(self.w_byte() as usize + self.weight_bytes());
         let mut data: Vec<u8> = (0..end).map(|_| rng.next_u64() as u8).collect();
         let kinds = [ActKind::Typical, ActKind::Typical, ActKind::Outlier, ActKind::Spread, ActKind::EqualExponents, ActKind::Zero];
-        let mut at = ACTS as usize;
-        for _ in 0..self.ntok * self.cols / BLOCK as u32 {
-            let kind = kinds[rng.below(kinds.len() as u64) as usize];
-            for v in act_block(rng, kind) {
-                data[at..at + 2].copy_from_slice(&v.to_le_bytes());
-                at += 2;
+        for t in 0..self.ntok as usize {
+            let acts: Vec<u16> = (0..self.cols.div_ceil(BLOCK as u32))
+                .flat_map(|_| {
+                    let kind = kinds[rng.below(kinds.len() as u64) as usize];
+                    act_block(rng, kind)
+                })
+                .take(self.cols as usize)
+                .collect();
+            let at = ACTS as usize + t * self.src_row() as usize;
+            for (i, v) in acts.iter().enumerate() {
+                data[at + 2 * i..at + 2 * i + 2].copy_from_slice(&v.to_le_bytes());
             }
         }
-        // the rows' blocks, laid out by lane (the zeros that pad the lanes' shares are read by neither model)
-        let rows: Vec<u8> = (0..self.rows * self.cols / BLOCK as u32).flat_map(|_| weight_block(rng, self.fmt, false)).collect();
+        // the rows' blocks (F16: values), laid out by lane (the zeros that pad the lanes' shares are read by
+        // neither model)
+        let rows: Vec<u8> = if self.fmt == WeightFormat::F16 {
+            (0..self.rows * self.cols).flat_map(|_| f16_weight(rng).to_le_bytes()).collect()
+        } else {
+            (0..self.rows * self.cols / BLOCK as u32).flat_map(|_| weight_block(rng, self.fmt, false)).collect()
+        };
         let matrix = self.layout().interleave(&rows);
         data[self.w_byte() as usize..self.w_byte() as usize + matrix.len()].copy_from_slice(&matrix);
         for i in 0..self.rows as usize {
@@ -98,7 +113,7 @@ impl Case {
     }
     /// Activations at scratchpad byte 0, outputs after them; the old outputs loaded first when `acc`.
     fn program(&self) -> String {
-        let src_bytes = self.ntok * self.cols * 2;
+        let src_bytes = self.ntok * self.src_row();
         let dst = src_bytes.div_ceil(64) * 64 + 64;
         let out_bytes = self.ntok * self.out_row();
         let mut p = format!("load spm=0 mem={} bytes={src_bytes} idx=r0 stride=0\n", ACTS / 32);
@@ -150,6 +165,19 @@ impl Case {
 }
 
 
+/// An F16 weight: mostly typical values of a trained matrix, some small ones, subnormals, zeros and wide
+/// exponents (the products land all over the accumulator's grid), finite.
+fn f16_weight(rng: &mut Rng) -> u16 {
+    let sign = if rng.next_u64() & 1 == 1 { 0x8000u16 } else { 0 };
+    match rng.below(8) {
+        0 => sign | (rng.below(1024) as u16),
+        1 => sign,
+        2 => sign | ((1 + rng.below(18)) << 10) as u16 | (rng.below(1024) as u16),
+        3 => opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * 1e-3),
+        _ => opu_hw::numerics::fp16::f32_to_f16((rng.f32_unit() - 0.5) * 0.2),
+    }
+}
+
 /// The chosen shapes: each format, output type, start values and reduction; one group and several; long
 /// rows whose loads overlap the compute; the weight ring wrapping.
 fn chosen_cases() -> Vec<Case> {
@@ -177,6 +205,13 @@ fn chosen_cases() -> Vec<Case> {
         Case { fmt: WeightFormat::W4Min, f32_out: false, acc: true, ntok: 1, rows: 200, cols: 576, red: 2, w_off: 128, far: true },
         Case { fmt: WeightFormat::W4, f32_out: true, acc: false, ntok: 1, rows: 96, cols: 1536, red: 0, w_off: 0, far: true },
         Case { fmt: WeightFormat::W8, f32_out: true, acc: true, ntok: 4, rows: 80, cols: 1024, red: 1, w_off: 128, far: true },
+        // F16 weights on the router's datapath: the decode shape; several groups, the last partial and odd,
+        // FP32 outputs (two chunks a group) with start values, tokens; 13 columns (the last pair's 5, the
+        // activations' rows padded to 4 bytes); SmolLM2's 576 columns, 13 groups of 144 units around the ring
+        Case { fmt: WeightFormat::F16, f32_out: false, acc: false, ntok: 1, rows: 16, cols: 64, red: 1, w_off: 0, far: false },
+        Case { fmt: WeightFormat::F16, f32_out: true, acc: true, ntok: 3, rows: 37, cols: 40, red: 2, w_off: 128, far: false },
+        Case { fmt: WeightFormat::F16, f32_out: false, acc: true, ntok: 2, rows: 21, cols: 13, red: 0, w_off: 0, far: false },
+        Case { fmt: WeightFormat::F16, f32_out: false, acc: true, ntok: 1, rows: 200, cols: 576, red: 2, w_off: 128, far: true },
     ]
 }
 
@@ -203,7 +238,21 @@ fn matmul_equals_the_functional_simulator() {
             far: false,
         })
         .collect();
-    for case in cases.into_iter().chain(random) {
+    // and F16 weights: any number of columns (1..=100)
+    let random_f16: Vec<Case> = (0..6)
+        .map(|_| Case {
+            fmt: WeightFormat::F16,
+            f32_out: rng.below(2) == 1,
+            acc: rng.below(2) == 1,
+            ntok: 1 + rng.below(4) as u32,
+            rows: 1 + rng.below(40) as u32,
+            cols: 1 + rng.below(100) as u32,
+            red: rng.below(3) as u8,
+            w_off: 128 * rng.below(2),
+            far: false,
+        })
+        .collect();
+    for case in cases.into_iter().chain(random).chain(random_f16) {
         let text = case.program();
         let cycles = compare_with_func(&text, &case.data(&mut rng));
         let macs = case.ntok * case.rows * case.cols;
@@ -247,6 +296,10 @@ fn matmul_traps_equal_the_functional_simulator() {
         ("destination past the scratchpad", "matmul fmt=w4m out=f32 ntok=4 dst=0x3FFF0 src=0 rows=64 cols=64 w=0x100"),
         ("source past the scratchpad", "matmul fmt=w4m out=f16 ntok=2 dst=0 src=0x3FFF8 rows=16 cols=64 w=0x100"),
         ("weights past device memory", "matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1FFFFFC"),
+        ("f16: no columns", "matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=0 w=0x100"),
+        ("f16: a row longer than the buffer", "matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=2 cols=1040 w=0x100"),
+        ("f16: source past the scratchpad", "matmul fmt=f16 out=f32 ntok=2 dst=0 src=0x3FFF0 rows=16 cols=27 w=0x100"),
+        ("f16: weights past device memory", "matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=24 w=0x1FFFFFC"),
     ] {
         let text = format!("seti rd=r1 imm=5\n{m}\nseti rd=r2 imm=6\nend\n");
         compare_with_func(&text, &data);

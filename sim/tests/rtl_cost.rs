@@ -42,6 +42,17 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 828),
     ("matmul fmt=w4m out=f16 ntok=2 dst=0x4000 src=0 rows=128 cols=576 w=0x1000", 1095),
     ("matmul fmt=w4m out=f16 ntok=8 dst=0x4000 src=0 rows=128 cols=1536 w=0x1000", 7149),
+    // matmul with F16 weights: the router's datapath in the readout, 8 columns of a lane's two rows per two
+    // cycles, a chunk's lanes one after the other
+    ("matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 326),
+    ("matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 785),
+    ("matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 1606),
+    ("matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 5137),
+    ("matmul fmt=f16 out=f16 ntok=1 dst=0x4000 src=0 rows=256 cols=576 w=0x1000", 19261),
+    ("matmul fmt=f16 out=f32 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 869),
+    ("matmul fmt=f16 out=f16 acc=1 red=set ntok=1 dst=0x4000 src=0 rows=256 cols=576 w=0x1000", 19265),
+    ("matmul fmt=f16 out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 19237),
+    ("matmul fmt=f16 out=f32 ntok=3 dst=0x1000 src=0 rows=37 cols=13 w=0x1000", 716),
     // the vector unit
     ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5", 573),
     ("rmsnorm dd=f16 ds=f16 rows=4 dst=4000 src=16 g=2960 n=576 eps=1e-5", 1485),

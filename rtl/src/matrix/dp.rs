@@ -17,6 +17,10 @@ use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 use std::fmt::Write;
 
+/// Edges from a step (`rd_off`, `f_half`, `f16_sel`) to the weights it reads on `f16_w` (`fmt=f16`): the
+/// feed's read and the lane select's register.
+pub const F16_W_LATENCY: usize = FEED_LATENCY + 1;
+
 /// The structural Verilog of `opu_matrix_dp` for `cfg` (the modules it instantiates are emitted separately).
 pub fn dp_verilog(cfg: &OverlayConfig) -> String {
     let l = cfg.pe_lanes as usize;
@@ -29,7 +33,7 @@ pub fn dp_verilog(cfg: &OverlayConfig) -> String {
         "\
 module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd_base, rd_off,
     rd_fmt, f_valid, f_half, f_row, f_clear, f_last, f_xf, o_sel, cap, o_acc0, o_acc1, o_nf0, o_nf1, sq_chunk, sq_f32,
-    sq_mask, sq_out);
+    sq_mask, sq_out, f16_sel, f16_w);
     input wire clock;
     input wire reset;
     input wire ld_valid;
@@ -56,6 +60,8 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
     input wire sq_f32;
     input wire [15:0] sq_mask;
     output reg [96:0] sq_out;
+    input wire [7:0] f16_sel;
+    output reg [127:0] f16_w;
 {vx}
     // the fused reduction: the squares of a stored output chunk, summed in four stages (`SQSUM_LATENCY`
     // edges: `sqsum::sqsum_stages`, for the 225 MHz budget)
@@ -100,7 +106,22 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
     assign o_acc0 = hsel[{accm}:0];
     assign o_acc1 = hsel[{acc2m}:{acc}];
     assign o_nf0 = hsel[{acc2}];
-    assign o_nf1 = hsel[{acc2p}];",
+    assign o_nf1 = hsel[{acc2p}];
+    // `fmt=f16`: the weights lane `f16_sel` (taken with the step, so delayed as the schedule is) reads, from
+    // its feed's bus, registered: {d1} edges after the step, the same AND-OR multiplexer as the readout's
+    reg [7:0] fsel [0:{dl}];
+    reg [127:0] fw;
+    integer q, fi;
+    always @(posedge clock) begin
+        fsel[0] <= f16_sel;
+        for (fi = 1; fi < {d}; fi = fi + 1) fsel[fi] <= fsel[fi - 1];
+    end
+    always @* begin
+        fw = 128'd0;
+        for (q = 0; q < {l}; q = q + 1)
+            fw = fw | ({{128{{fsel[{dl}] == q}}}} & w[128 * q +: 128]);
+    end
+    always @(posedge clock) f16_w <= fw;",
         ldb = 512 * beats - 1,
         wb = 128 * l - 1,
         db = 64 * l - 1,
@@ -117,6 +138,7 @@ module opu_matrix_dp(clock, reset, ld_valid, ld_quad, ld_pos, ld_line, rd_rb, rd
         accm = ACC_BITS - 1,
         acc2m = 2 * ACC_BITS - 1,
         acc2p = 2 * ACC_BITS + 1,
+        d1 = d + 1,
     )
     .unwrap();
     // the weight port's `W` beats are quads `ld_quad .. ld_quad + W` (`ld_quad` a multiple of `W`): feed `i`
@@ -178,6 +200,10 @@ pub struct MatrixDatapath<const WB: usize> {
     pub sq_f32: Signal<In, Bit>,
     pub sq_mask: Signal<In, Bits<16>>,
     pub sq_out: Signal<Out, Bits<97>>,
+    /// `fmt=f16`: the lane whose feed's bus is wanted, taken with the step; its 8 FP16 weights (the step's
+    /// row) on `f16_w`, [`F16_W_LATENCY`] edges later.
+    pub f16_sel: Signal<In, Bits<8>>,
+    pub f16_w: Signal<Out, Bits<128>>,
     /// The Verilog of the modules under `opu_matrix_dp` and of `opu_matrix_dp` itself.
     cores: ModelState<String>,
 }
@@ -211,6 +237,8 @@ impl<const WB: usize> MatrixDatapath<WB> {
             sq_f32: Default::default(),
             sq_mask: Default::default(),
             sq_out: Default::default(),
+            f16_sel: Default::default(),
+            f16_w: Default::default(),
             cores: ModelState(cores),
         }
     }
@@ -225,6 +253,7 @@ impl<const WB: usize> Logic for MatrixDatapath<WB> {
         self.o_nf0.connect();
         self.o_nf1.connect();
         self.sq_out.connect();
+        self.f16_w.connect();
     }
     fn hdl(&self) -> Verilog {
         Verilog::Wrapper(Wrapper {
@@ -233,7 +262,7 @@ opu_matrix_dp dp(.clock(clock), .reset(reset), .ld_valid(ld_valid), .ld_quad(ld_
     .ld_line(ld_line), .rd_rb(rd_rb), .rd_base(rd_base), .rd_off(rd_off),
     .rd_fmt(rd_fmt), .f_valid(f_valid), .f_half(f_half), .f_row(f_row), .f_clear(f_clear), .f_last(f_last),
     .f_xf(f_xf), .o_sel(o_sel), .cap(cap), .o_acc0(o_acc0), .o_acc1(o_acc1), .o_nf0(o_nf0), .o_nf1(o_nf1),
-    .sq_chunk(sq_chunk), .sq_f32(sq_f32), .sq_mask(sq_mask), .sq_out(sq_out));
+    .sq_chunk(sq_chunk), .sq_f32(sq_f32), .sq_mask(sq_mask), .sq_out(sq_out), .f16_sel(f16_sel), .f16_w(f16_w));
 "
             .into(),
             cores: self.cores.0.clone(),

@@ -29,7 +29,9 @@
 //! block's even byte: the row's block register; (3) row 0's block a cycle later (held for the block's second
 //! half while row 0's next block is read); (4) the lane's bus for the step: W4Min / W4 pack both rows'
 //! nibbles of 16 columns per byte (row 0 low), half 0 the low nibbles of the block's 16 bytes (columns
-//! 0..16), half 1 the high ones; W8 gives the selected row's 16 bytes of the half.
+//! 0..16), half 1 the high ones; W8 gives the selected row's 16 bytes of the half. F16 (the matrix unit's
+//! `fmt=f16`) is read as W4 is, row 0 at half 0 and row 1 at half 1, and gives the row's 16 bytes at the
+//! step's byte: 8 FP16 weights, one row per step.
 
 use crate::ctrl::constant as k;
 use opu_hw::numerics::WeightFormat;
@@ -98,6 +100,7 @@ pub struct WeightFeed<const A: usize> {
     nib: Constant<Bits<128>>,
     w4m: Constant<Bits<2>>,
     w8: Constant<Bits<2>>,
+    f16: Constant<Bits<2>>,
 
     mine: Signal<Local, Bit>,
     unit: Signal<Local, Bits<128>>,
@@ -166,6 +169,7 @@ impl<const A: usize> WeightFeed<A> {
             nib: Constant::new(nib_bits),
             w4m: k(u64::from(WeightFormat::W4Min.code())),
             w8: k(u64::from(WeightFormat::W8.code())),
+            f16: k(u64::from(WeightFormat::F16.code())),
             mine: Default::default(),
             unit: Default::default(),
             wa: Default::default(),
@@ -361,6 +365,14 @@ impl<const A: usize> Logic for WeightFeed<A> {
             self.w_r.d.next = self.qs8.val().get_bits::<128>(0);
             if self.half3.q.val() {
                 self.w_r.d.next = self.qs8.val().get_bits::<128>(128);
+            }
+        }
+        // F16 (the matrix unit's `fmt=f16`, read like W4: row 0 at half 0, row 1 at half 1): the row's 16 bytes
+        // at the step's byte, 8 weights
+        if self.fmt3.q.val() == self.f16.val() {
+            self.w_r.d.next = self.blk0d.q.val().get_bits::<128>(0);
+            if self.half3.q.val() {
+                self.w_r.d.next = self.blk1.q.val().get_bits::<128>(0);
             }
         }
         self.w.next = self.w_r.q.val();

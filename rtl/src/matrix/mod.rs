@@ -33,9 +33,15 @@
 //!    added to `RED[t]` of its token by a read-modify-write of the reduction file (`red=set` starts from 0
 //!    at the token's first chunk of the first group).
 //!
-//! Not built yet: `fmt=f16` (it would run on the router's FP16 datapath) and the overlap of one `matmul`'s
-//! first load with the previous one's compute. The issue port does not accept `fmt=f16`, so a program using
-//! it stops at the watchdog.
+//! **`fmt=f16`** (exact FP16 x FP16 products, which the PE lanes' integer multipliers do not make) runs on an
+//! instance of the router's datapath ([`Router`]: 8 columns of two rows per beat, its accumulators taken
+//! before the biases), in the readout: a group's tokens one after the other (`FTok`, `FWait`), each token's
+//! output chunks one after the other, and in a chunk (`OutState::FLanes`) its lanes one after the other, a
+//! pair of steps per 8 columns (row 0's weights from the lane's feed at half 0, row 1's at half 1, picked
+//! from the feeds' buses by `dp`'s `f16_sel`), each lane's accumulators into the rounding pipeline as the
+//! hold registers' are. 8 products a cycle: the correct path for F16 models, not a fast one.
+//!
+//! Not built yet: the overlap of one `matmul`'s first load with the previous one's compute.
 
 pub mod dp;
 pub mod feed;
@@ -45,6 +51,7 @@ use crate::spm::{SPM_BANKS, SPM_WORD_BITS};
 use crate::lane::ACC_BITS;
 use crate::red::RED_BITS;
 use crate::round::Round;
+use crate::router::Router;
 use dp::MatrixDatapath;
 use opu_hw::numerics::WeightFormat;
 use opu_hw::regs::ErrorCode;
@@ -86,6 +93,10 @@ pub enum MatrixState {
     /// Every token of the group computed; waiting for its last capture (and after the last group, for the
     /// readout).
     GroupEnd,
+    /// `fmt=f16`: a token of the group starts the readout, which computes it chunk by chunk (`OutState::FLanes`).
+    FTok,
+    /// `fmt=f16`: the readout computes and stores the token's rows of the group.
+    FWait,
     /// Flushed: waiting for the memory responses still in flight.
     Drain,
 }
@@ -99,6 +110,9 @@ pub enum OutState {
     Old,
     /// One lane per cycle into the rounding pipeline.
     Lanes,
+    /// `fmt=f16`: the chunk's lanes computed one after the other on the router's datapath, each into the
+    /// rounding pipeline as its accumulators come.
+    FLanes,
     /// The pipeline empties into the chunk.
     Drain,
     /// Write the chunk.
@@ -235,6 +249,8 @@ pub struct Matrix<const WB: usize> {
     start1: StartValue,
     round0: Round,
     round1: Round,
+    /// `fmt=f16`: the router's FP16 x FP16 datapath (its accumulators, before the biases).
+    f16dot: Router,
 
     // ---- the instruction
     state: DFF<MatrixState>,
@@ -388,6 +404,28 @@ pub struct Matrix<const WB: usize> {
     rq2_first: DFF<Bit>,
     rq2_sum: DFF<Bits<RED_BITS>>,
 
+    // ---- `fmt=f16`: step pairs of 8 columns (row 0 at half 0, row 1 at half 1) per lane, lane after lane
+    /// Pairs per row (`ceil(cols / 8)`) and the columns of the last one (1..=8).
+    f_nk: DFF<Bits<16>>,
+    f_lastn: DFF<Bits<4>>,
+    /// The chunk's lanes; the lane, pair and half being issued; the results come so far.
+    f_nl: DFF<Bits<4>>,
+    f_lane: DFF<Bits<4>>,
+    f_k: DFF<Bits<16>>,
+    f_h: DFF<Bit>,
+    f_oj: DFF<Bits<4>>,
+    /// The steps in flight to the feeds' bus (`dp::F16_W_LATENCY` = 5 stages, the newest in the low bits):
+    /// valid, half, first and last pair, the pair's columns (4 bits each) and activations' scratchpad word
+    /// (32 bits each).
+    fd_v: DFF<Bits<5>>,
+    fd_h: DFF<Bits<5>>,
+    fd_first: DFF<Bits<5>>,
+    fd_last: DFF<Bits<5>>,
+    fd_n: DFF<Bits<20>>,
+    fd_x: DFF<Bits<160>>,
+    /// Row 0's weights of the pair, kept for row 1's.
+    f_w0: DFF<Bits<128>>,
+
     // ---- constants
     max_batch: Constant<Bits<7>>,
     max_row: Constant<Bits<32>>,
@@ -397,6 +435,7 @@ pub struct Matrix<const WB: usize> {
     fmt_w4m: Constant<Bits<3>>,
     fmt_w4: Constant<Bits<3>>,
     fmt_w8: Constant<Bits<3>>,
+    fmt_f16: Constant<Bits<3>>,
     bb_w4m: Constant<Bits<6>>,
     bb_w4: Constant<Bits<6>>,
     bb_w8: Constant<Bits<6>>,
@@ -427,6 +466,7 @@ pub struct Matrix<const WB: usize> {
     c_mem: Constant<Bits<4>>,
     c_spm: Constant<Bits<4>>,
     ones32: Constant<Bits<64>>,
+    ones128: Constant<Bits<128>>,
 
     // ---- combinational
     opc: Signal<Local, Bits<8>>,
@@ -439,6 +479,15 @@ pub struct Matrix<const WB: usize> {
     fmt_in: Signal<Local, Bits<3>>,
     supported: Signal<Local, Bit>,
     w8: Signal<Local, Bit>,
+    f16: Signal<Local, Bit>,
+    /// `fmt=f16`: this cycle's step (its pair's columns, its activations' word), the stage-4 step's column mask,
+    /// the readout's result lane.
+    f_issue: Signal<Local, Bit>,
+    f_n: Signal<Local, Bits<4>>,
+    f_x: Signal<Local, Bits<32>>,
+    f_mask: Signal<Local, Bits<128>>,
+    f_kick: Signal<Local, Bit>,
+    ro_j: Signal<Local, Bits<4>>,
     last_step: Signal<Local, Bit>,
     last_blk: Signal<Local, Bit>,
     last_tok: Signal<Local, Bit>,
@@ -544,6 +593,7 @@ impl<const WB: usize> Matrix<WB> {
             start1: Default::default(),
             round0: Default::default(),
             round1: Default::default(),
+            f16dot: Default::default(),
             state: Default::default(),
             pc: Default::default(),
             fmt: Default::default(),
@@ -654,6 +704,20 @@ impl<const WB: usize> Matrix<WB> {
             rq2_tok: Default::default(),
             rq2_first: Default::default(),
             rq2_sum: Default::default(),
+            f_nk: Default::default(),
+            f_lastn: Default::default(),
+            f_nl: Default::default(),
+            f_lane: Default::default(),
+            f_k: Default::default(),
+            f_h: Default::default(),
+            f_oj: Default::default(),
+            fd_v: Default::default(),
+            fd_h: Default::default(),
+            fd_first: Default::default(),
+            fd_last: Default::default(),
+            fd_n: Default::default(),
+            fd_x: Default::default(),
+            f_w0: Default::default(),
             max_batch: k(u64::from(config.max_batch)),
             max_row: k(u64::from(config.max_matmul_row_bytes())),
             mem_bytes: k(config.device_memory_bytes),
@@ -662,6 +726,7 @@ impl<const WB: usize> Matrix<WB> {
             fmt_w4m: k(u64::from(WeightFormat::W4Min.code())),
             fmt_w4: k(u64::from(WeightFormat::W4.code())),
             fmt_w8: k(u64::from(WeightFormat::W8.code())),
+            fmt_f16: k(u64::from(WeightFormat::F16.code())),
             bb_w4m: k(WeightFormat::W4Min.block_bytes() as u64),
             bb_w4: k(WeightFormat::W4.block_bytes() as u64),
             bb_w8: k(WeightFormat::W8.block_bytes() as u64),
@@ -687,6 +752,7 @@ impl<const WB: usize> Matrix<WB> {
             c_mem: k(ErrorCode::MemOutOfRange as u64),
             c_spm: k(ErrorCode::ScratchpadOutOfRange as u64),
             ones32: k(0xFFFF_FFFF),
+            ones128: Constant::new(!Bits::<128>::default()),
             opc: Default::default(),
             raise: Default::default(),
             raise_code: Default::default(),
@@ -697,6 +763,13 @@ impl<const WB: usize> Matrix<WB> {
             fmt_in: Default::default(),
             supported: Default::default(),
             w8: Default::default(),
+            f16: Default::default(),
+            f_issue: Default::default(),
+            f_n: Default::default(),
+            f_x: Default::default(),
+            f_mask: Default::default(),
+            f_kick: Default::default(),
+            ro_j: Default::default(),
             last_step: Default::default(),
             last_blk: Default::default(),
             last_tok: Default::default(),
@@ -762,20 +835,24 @@ impl<const WB: usize> Logic for Matrix<WB> {
             rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf,
             b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_grows_4, b_grows_5, b_grows_6, b_grows_7,
             b_base_0, b_base_1, b_base_2, b_base_3, b_base_4, b_base_5, b_base_6, b_base_7,
-            gspan, ring_free, c_base, l_base, ro_grows, ro_gout
+            gspan, ring_free, c_base, l_base, ro_grows, ro_gout, f_nk, f_lastn, f_nl, f_lane, f_k, f_h, f_oj, fd_v, fd_h,
+            fd_first, fd_last, fd_n, fd_x, f_w0
         );
         self.dp.clock.next = self.clock.val();
         self.dp.reset.next = self.reset.val();
         self.round0.clock.next = self.clock.val();
         self.round1.clock.next = self.clock.val();
+        self.f16dot.clock.next = self.clock.val();
+        self.f16dot.reset.next = self.reset.val();
 
-        // ---- issue: matmul with a block format (f16 is not built)
+        // ---- issue: matmul, every format
         self.opc.next = self.iss_word.val().get_bits::<8>(0);
         self.fmt_in.next = self.iss_word.val().get_bits::<3>(self.f_fmt.val().index());
         self.supported.next = (self.opc.val() == self.op_matmul.val())
             & ((self.fmt_in.val() == self.fmt_w4m.val())
                 | (self.fmt_in.val() == self.fmt_w4.val())
-                | (self.fmt_in.val() == self.fmt_w8.val()));
+                | (self.fmt_in.val() == self.fmt_w8.val())
+                | (self.fmt_in.val() == self.fmt_f16.val()));
         self.idle.next = self.state.q.val() == MatrixState::Idle;
         self.iss_ready.next = (self.state.q.val() == MatrixState::Idle) & self.supported.val() & !self.trap_r.q.val();
         self.progress.next = false;
@@ -788,6 +865,7 @@ impl<const WB: usize> Logic for Matrix<WB> {
         self.bytes_read.next = self.rd_total.q.val();
         self.macs.next = self.macs_total.q.val();
         self.w8.next = self.fmt.q.val() == self.fmt_w8.val();
+        self.f16.next = self.fmt.q.val() == self.fmt_f16.val();
         self.last_step.next = self.step.q.val() == 1;
         if self.w8.val() {
             self.last_step.next = self.step.q.val() == 3;
@@ -924,6 +1002,10 @@ impl<const WB: usize> Logic for Matrix<WB> {
         if self.pf_hi.val() {
             self.sp_word.next = ((self.xblk.q.val() + 64) >> 2) + 8;
         }
+        // `fmt=f16`: the activations of the step at stage 3 (row 1's), for the router a cycle later
+        if self.fd_v.q.val().get_bit(3) & self.fd_h.q.val().get_bit(3) {
+            self.sp_word.next = self.fd_x.q.val().get_bits::<32>(96);
+        }
         if self.ro_read.val() | self.ro_write.val() {
             self.sp_word.next = self.obyte.q.val() >> 2;
         }
@@ -952,6 +1034,7 @@ impl<const WB: usize> Logic for Matrix<WB> {
         // destination's in Check3, the source's in Check4, its first faulting byte as the functional simulator
         // reports it
         self.raise.next = false;
+        self.f_kick.next = false;
         self.raise_code.next = self.c_bad.val();
         self.raise_info.next = 0.into();
         self.span_start.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
@@ -992,8 +1075,12 @@ impl<const WB: usize> Logic for Matrix<WB> {
                     self.bb.d.next = self.bb_w8.val();
                 }
                 self.nb.d.next = self.cols.q.val().get_bits::<11>(5);
-                // the source rows are whole blocks of FP16 (a multiple of 64 bytes); the outputs pad to 4 bytes
+                // the source rows are whole blocks of FP16 (a multiple of 64 bytes; F16: any columns, padded to
+                // 4 bytes); the outputs pad to 4 bytes
                 self.src_pitch.d.next = bit_cast::<32, 16>(self.cols.q.val()) << 1;
+                if self.f16.val() {
+                    self.src_pitch.d.next = ((bit_cast::<32, 16>(self.cols.q.val()) << 1) + 3) & !bits::<32>(3);
+                }
                 self.dst_pitch.d.next = ((bit_cast::<32, 16>(self.rows.q.val()) << 1) + 3) & !bits::<32>(3);
                 if self.f32o.q.val() {
                     self.dst_pitch.d.next = bit_cast::<32, 16>(self.rows.q.val()) << 2;
@@ -1003,13 +1090,19 @@ impl<const WB: usize> Logic for Matrix<WB> {
                     | (self.rows.q.val() == 0)
                     | (self.cols.q.val() == 0)
                     | (self.ntok.q.val() > self.max_batch.val())
-                    | (self.cols.q.val().get_bits::<5>(0) != 0)
+                    | ((self.cols.q.val().get_bits::<5>(0) != 0) & !self.f16.val())
                 {
                     self.raise.next = true;
                 }
             }
             MatrixState::Check1 => {
                 self.rb.d.next = bit_cast::<16, 11>(self.nb.q.val()) * bit_cast::<16, 6>(self.bb.q.val());
+                // F16: 2 bytes a weight; step pairs of 8 columns
+                self.f_nk.d.next = bit_cast::<16, 17>((bit_cast::<17, 16>(self.cols.q.val()) + 7) >> 3);
+                self.f_lastn.d.next = bit_cast::<4, 16>((self.cols.q.val() - 1) & bits::<16>(7)) + 1;
+                if self.f16.val() {
+                    self.rb.d.next = bit_cast::<32, 16>(self.cols.q.val()) << 1;
+                }
                 // src_len with the source pitch (pl_* of src_pitch), dst_len next cycle
                 self.src_len.d.next = self.pl_lo.val() + (self.pl_hi.val() << 16) + (bit_cast::<32, 16>(self.cols.q.val()) << 1);
                 self.state.d.next = MatrixState::Check2;
@@ -1093,6 +1186,9 @@ impl<const WB: usize> Logic for Matrix<WB> {
                     self.tok.d.next = 0.into();
                     self.xtok.d.next = bit_cast::<32, 20>(self.src.q.val()) << 2;
                     self.state.d.next = MatrixState::Token;
+                    if self.f16.val() {
+                        self.state.d.next = MatrixState::FTok;
+                    }
                 }
             }
             MatrixState::Token => {
@@ -1188,6 +1284,26 @@ impl<const WB: usize> Logic for Matrix<WB> {
                     }
                 }
             }
+            MatrixState::FTok => {
+                // the readout computes the token (`OutState::FLanes`) and stores it
+                if self.ostate.q.val() == OutState::Idle {
+                    self.f_kick.next = true;
+                    self.state.d.next = MatrixState::FWait;
+                }
+            }
+            MatrixState::FWait => {
+                if self.ostate.q.val() == OutState::Idle {
+                    self.tok.d.next = self.tok.q.val() + 1;
+                    self.xtok.d.next = self.xtok.q.val() + self.src_pitch.q.val();
+                    self.state.d.next = MatrixState::FTok;
+                    if self.last_tok.val() {
+                        // the group's last weight read: its entry and positions are free for the loader
+                        self.rdy_clr.next = bits::<8>(1) << bit_cast::<8, 3>(self.c_buf.q.val());
+                        self.ring_give.next = self.gspan.q.val();
+                        self.state.d.next = MatrixState::GroupEnd;
+                    }
+                }
+            }
             MatrixState::Drain => {
                 if self.outstanding.q.val() == 0 {
                     self.state.d.next = MatrixState::Idle;
@@ -1208,9 +1324,14 @@ impl<const WB: usize> Logic for Matrix<WB> {
         }
         self.lane_sel.next = bit_cast::<8, 16>(self.ochunk_row.q.val() >> 1) + bit_cast::<8, 4>(self.olane.q.val());
         self.dp.o_sel.next = self.lane_sel.val();
-        self.old_sh.next = bit_cast::<9, 4>(self.olane.q.val()) << 5;
+        // the lane whose values enter the pipeline: the next in order, or (F16) the next result
+        self.ro_j.next = self.olane.q.val();
+        if self.f16.val() {
+            self.ro_j.next = self.f_oj.q.val();
+        }
+        self.old_sh.next = bit_cast::<9, 4>(self.ro_j.val()) << 5;
         if self.f32o.q.val() {
-            self.old_sh.next = bit_cast::<9, 4>(self.olane.q.val()) << 6;
+            self.old_sh.next = bit_cast::<9, 4>(self.ro_j.val()) << 6;
         }
         self.old_lane.next = bit_cast::<64, 256>(self.old.q.val() >> self.old_sh.val());
         self.next_crow.next = self.ochunk_row.q.val() + 16;
@@ -1220,7 +1341,7 @@ impl<const WB: usize> Logic for Matrix<WB> {
         self.p1_v.d.next = false;
         match self.ostate.q.val() {
             OutState::Idle => {
-                if self.dp.cap.val() {
+                if self.dp.cap.val() | self.f_kick.val() {
                     self.ochunk_row.d.next = 0.into();
                     self.obyte.d.next = self.otok_byte.q.val() + self.gout.q.val();
                     self.ro_grows.d.next = self.grows.q.val();
@@ -1236,11 +1357,32 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 self.outc.d.next = self.s_rdata.val();
                 self.olane.d.next = 0.into();
                 self.ostate.d.next = OutState::Lanes;
+                if self.f16.val() {
+                    // the chunk's lanes: 8 (FP16 outputs) or 4, fewer at the group's end
+                    self.f_nl.d.next = bit_cast::<4, 16>((self.ro_grows.q.val() - self.ochunk_row.q.val() + 1) >> 1);
+                    if self.ro_grows.q.val() - self.ochunk_row.q.val() > 15 {
+                        self.f_nl.d.next = 8.into();
+                    }
+                    if self.f32o.q.val() & (self.ro_grows.q.val() - self.ochunk_row.q.val() > 7) {
+                        self.f_nl.d.next = 4.into();
+                    }
+                    self.f_lane.d.next = 0.into();
+                    self.f_k.d.next = 0.into();
+                    self.f_h.d.next = false;
+                    self.f_oj.d.next = 0.into();
+                    self.ostate.d.next = OutState::FLanes;
+                }
             }
             OutState::Lanes => {
                 self.p1_v.d.next = true;
                 self.olane.d.next = self.olane.q.val() + 1;
                 if (self.olane.q.val() == 7) | (self.f32o.q.val() & (self.olane.q.val() == 3)) {
+                    self.ostate.d.next = OutState::Drain;
+                }
+            }
+            OutState::FLanes => {
+                // steps issued below; the chunk is done when its last lane's accumulators have come
+                if self.f16dot.acc_done.val() & (self.f_oj.q.val() + 1 == self.f_nl.q.val()) {
                     self.ostate.d.next = OutState::Drain;
                 }
             }
@@ -1278,6 +1420,67 @@ impl<const WB: usize> Logic for Matrix<WB> {
         if self.f32o.q.val() {
             self.p1_o0.d.next = self.old_lane.val().get_bits::<32>(0);
             self.p1_o1.d.next = self.old_lane.val().get_bits::<32>(32);
+        }
+        if self.f16.val() {
+            self.p1_j.d.next = self.f_oj.q.val();
+            self.p1_a0.d.next = self.f16dot.acc0.val();
+            self.p1_a1.d.next = self.f16dot.acc1.val();
+            self.p1_n0.d.next = self.f16dot.nf0.val();
+            self.p1_n1.d.next = self.f16dot.nf1.val();
+        }
+
+        // ---- `fmt=f16` (in the readout's FLanes): per lane of the chunk and pair of 8 columns, a step reads
+        // row 0's 8 weights (half 0) and one reads row 1's (half 1) from the lane's feed; `F16_W_LATENCY` = 5
+        // edges later they come on `f16_w` (row 0's kept a cycle), the activations' 16 bytes are read the
+        // cycle before, and the router's datapath takes the pair: both rows' 8 products, accumulated per lane
+        // (first and last pair), the lane's accumulators out `ROUTER_ACC_LATENCY` = 6 edges later, into the
+        // rounding pipeline as the block formats' hold registers are
+        self.f_issue.next = (self.ostate.q.val() == OutState::FLanes) & (self.f_lane.q.val() < self.f_nl.q.val());
+        self.f_n.next = 8.into();
+        if self.f_k.q.val() + 1 == self.f_nk.q.val() {
+            self.f_n.next = self.f_lastn.q.val();
+        }
+        self.f_x.next = (self.xtok.q.val() + (bit_cast::<32, 16>(self.f_k.q.val()) << 4)) >> 2;
+        self.fd_v.d.next = (self.fd_v.q.val() << 1) | bit_cast::<5, 1>(self.f_issue.val().into());
+        self.fd_h.d.next = (self.fd_h.q.val() << 1) | bit_cast::<5, 1>(self.f_h.q.val().into());
+        self.fd_first.d.next = (self.fd_first.q.val() << 1) | bit_cast::<5, 1>((self.f_k.q.val() == 0).into());
+        self.fd_last.d.next = (self.fd_last.q.val() << 1) | bit_cast::<5, 1>((self.f_k.q.val() + 1 == self.f_nk.q.val()).into());
+        self.fd_n.d.next = (self.fd_n.q.val() << 4) | bit_cast::<20, 4>(self.f_n.val());
+        self.fd_x.d.next = (self.fd_x.q.val() << 32) | bit_cast::<160, 32>(self.f_x.val());
+        if self.f16.val() {
+            self.dp.rd_off.next = self.f_k.q.val() << 4;
+            self.dp.f_half.next = self.f_issue.val() & self.f_h.q.val();
+        }
+        self.dp.f16_sel.next = bit_cast::<8, 16>(self.ochunk_row.q.val() >> 1) + bit_cast::<8, 4>(self.f_lane.q.val());
+        if self.f_issue.val() {
+            self.progress.next = true;
+            self.f_h.d.next = !self.f_h.q.val();
+            if self.f_h.q.val() {
+                self.f_k.d.next = self.f_k.q.val() + 1;
+                if self.f_k.q.val() + 1 == self.f_nk.q.val() {
+                    self.f_k.d.next = 0.into();
+                    self.f_lane.d.next = self.f_lane.q.val() + 1;
+                }
+            }
+        }
+        if self.fd_v.q.val().get_bit(4) & !self.fd_h.q.val().get_bit(4) {
+            self.f_w0.d.next = self.dp.f16_w.val();
+        }
+        // columns past `cols` (the last pair's) are zeros on both sides: no product, no NaN
+        self.f_mask.next = self.ones128.val() >> (bit_cast::<8, 4>(bits::<4>(8) - self.fd_n.q.val().get_bits::<4>(16)) << 4);
+        self.f16dot.valid.next = self.fd_v.q.val().get_bit(4) & self.fd_h.q.val().get_bit(4);
+        self.f16dot.first.next = self.fd_first.q.val().get_bit(4);
+        self.f16dot.last.next = self.fd_last.q.val().get_bit(4);
+        self.f16dot.x.next = self.s_rdata.val().get_bits::<128>(0) & self.f_mask.val();
+        self.f16dot.w0.next = self.f_w0.q.val() & self.f_mask.val();
+        self.f16dot.w1.next = self.dp.f16_w.val() & self.f_mask.val();
+        self.f16dot.b0.next = 0.into();
+        self.f16dot.b1.next = 0.into();
+        if self.f16.val() {
+            self.p1_v.d.next = self.f16dot.acc_done.val() & (self.ostate.q.val() == OutState::FLanes);
+        }
+        if self.f16.val() & self.f16dot.acc_done.val() & (self.ostate.q.val() == OutState::FLanes) {
+            self.f_oj.d.next = self.f_oj.q.val() + 1;
         }
         // stage 2: start values (acc=1) onto the grid, added
         self.start0.bits.next = self.p1_o0.q.val();

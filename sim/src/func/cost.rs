@@ -88,6 +88,17 @@ mod rtl {
     pub const MATMUL_EARLY_ISSUE: u64 = 4;
     /// The matrix unit's last cycles after the last group's outputs.
     pub const MATMUL_FINISH: u64 = 2;
+    /// `fmt=f16` (the router's datapath in the readout, docs/rtl.md "The matrix unit"): per output chunk,
+    /// besides its lanes' step pairs (2 cycles per 8 columns and lane), the old words' read, the steps' way
+    /// to the router and through it, the rounding and the write; per token, its start; after a group, the
+    /// next one's start.
+    pub const MATMUL_F16_CHUNK: u64 = 21;
+    pub const MATMUL_F16_TOKEN: u64 = 2;
+    pub const MATMUL_F16_NEXT_GROUP: u64 = 2;
+    /// `fmt=f16`: the unit's last cycles after the last chunk's write, and with `red` the fused reduction's
+    /// (its four stages and the read-modify-write of `RED`).
+    pub const MATMUL_F16_FINISH: u64 = 3;
+    pub const MATMUL_F16_RED_DRAIN: u64 = 4;
     /// With `red`, the last chunk's way after its write: the sum of squares' four stages and the
     /// read-modify-write of `RED`.
     pub const MATMUL_RED_DRAIN: u64 = 5;
@@ -237,12 +248,12 @@ impl CostModel {
             WeightFormat::W4Min => (20, 2),
             WeightFormat::W4 => (18, 2),
             WeightFormat::W8 => (34, 4),
-            // `f16` weights run on the router's datapath, not built in the RTL: 2 bytes per weight at the
-            // memory's pace.
+            // `f16`: 2 bytes a weight (the steps are counted below)
             WeightFormat::F16 => (64, 2),
         };
+        let f16 = fmt == WeightFormat::F16;
         let (rows, ntok, nb) = (u64::from(rows), u64::from(ntok), u64::from(cols) / 32);
-        let row_bytes = nb * block_bytes;
+        let row_bytes = if f16 { 2 * u64::from(cols) } else { nb * block_bytes };
         let group = 2 * self.pe_lanes;
         let groups = rows.div_ceil(group);
         let out_bytes = if out == DType::F32 { 4 } else { 2 };
@@ -275,6 +286,21 @@ impl CostModel {
             req_free = last_req + 1;
             let ready = last_req + as_i(self.mem_latency) + 1;
             let chunks = as_i((grows * out_bytes).div_ceil(32));
+            if f16 {
+                // the readout computes each chunk's lanes on the router's datapath, a pair of steps (both rows)
+                // per 8 columns, lane after lane, then rounds and writes it; the token's next chunk after it
+                let (pairs, lanes) = (u64::from(cols).div_ceil(8), grows.div_ceil(2));
+                let token: u64 = (0..lanes.div_ceil(chunk_lanes))
+                    .map(|c| 2 * pairs * (lanes - c * chunk_lanes).min(chunk_lanes) + MATMUL_F16_CHUNK)
+                    .sum::<u64>()
+                    + MATMUL_F16_TOKEN;
+                let t = ready.max(next_start) + as_i(ntok * token);
+                release[slot] = t;
+                readout_end = t;
+                next_start = t + as_i(MATMUL_F16_NEXT_GROUP);
+                compute += ntok * lanes * 2 * pairs;
+                continue;
+            }
             let mut t = ready.max(next_start);
             for k in 0..ntok {
                 t += 3 + as_i((nb - 1) * steps) + if k > 0 { as_i(MATMUL_TOKEN_CONFLICT) } else { 0 };
@@ -286,8 +312,13 @@ impl CostModel {
             next_start = t + as_i(MATMUL_NEXT_GROUP);
             compute += ntok * nb * steps;
         }
-        let drain = if red { MATMUL_RED_DRAIN } else { 0 };
-        ((readout_end + as_i(MATMUL_FINISH + drain)) as u64, compute)
+        let finish = match (f16, red) {
+            (false, false) => MATMUL_FINISH,
+            (false, true) => MATMUL_FINISH + MATMUL_RED_DRAIN,
+            (true, false) => MATMUL_F16_FINISH,
+            (true, true) => MATMUL_F16_FINISH + MATMUL_F16_RED_DRAIN,
+        };
+        ((readout_end + as_i(finish)) as u64, compute)
     }
 }
 
