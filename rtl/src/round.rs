@@ -1,7 +1,8 @@
 //! The output rounding of the 96-bit accumulators ([`WideAcc::to_f16`], [`WideAcc::to_f32`]): nearest, ties to
 //! even, FP16 with subnormals and overflow to infinity, the canonical NaN when the non-finite flag is set.
 //!
-//! [`ROUND_VERILOG`] holds the Verilog functions (the router uses them too); [`Round`] is a unit of its own:
+//! [`ROUND_VERILOG`] holds the Verilog functions and [`round_stages`] their register stages (the router's
+//! logits use both); [`Round`] is a unit of its own:
 //! the PE array's output stage, one accumulator per cycle, [`ROUND_LATENCY`] = 4 register stages (the
 //! magnitude; its leading one; the shift that aligns it; round and pack), both formats at once. (Until
 //! 2026-12-06 the first three were one stage, 12.0 ns by the estimate against the 4.44 ns of 225 MHz: a
@@ -87,6 +88,45 @@ function automatic [15:0] acc_round_f16(input sign, input [6:0] msb, input [95:0
 endfunction
 ";
 
+/// The Verilog of [`ROUND_LATENCY`] register stages that round one accumulator (the functions of
+/// [`ROUND_VERILOG`], a stage each): from `acc` (a signed 96-bit expression) and its non-finite flag `nf` to
+/// the FP32 bits in register `out32` and, given `out16`, the FP16 bits in it (NaN where `nf`). Returns the
+/// declarations of its registers (named from `p`) and the statements of a clocked block. The output stage
+/// ([`Round`]) and the router's logits use it.
+pub fn round_stages(p: &str, acc: &str, nf: &str, out32: &str, out16: Option<&str>) -> (String, String) {
+    let mut decl = vec![
+        format!("reg [95:0] {p}m1, {p}m2, {p}a32;"),
+        format!("reg [6:0] {p}k2, {p}k3;"),
+        format!("reg {p}sign1, {p}sign2, {p}sign3, {p}nf1, {p}nf2, {p}nf3;"),
+    ];
+    let mut body = vec![
+        // the magnitude
+        format!("{p}m1 <= acc_mag({acc});"),
+        format!("{p}sign1 <= {acc}[95];"),
+        format!("{p}nf1 <= {nf};"),
+        // its leading one
+        format!("{p}m2 <= {p}m1;"),
+        format!("{p}k2 <= acc_msb({p}m1);"),
+        format!("{p}sign2 <= {p}sign1;"),
+        format!("{p}nf2 <= {p}nf1;"),
+        // the shift
+        format!("{p}a32 <= acc_align({p}m2, {p}k2, 7'd0);"),
+        format!("{p}k3 <= {p}k2;"),
+        format!("{p}sign3 <= {p}sign2;"),
+        format!("{p}nf3 <= {p}nf2;"),
+        // round and pack
+        format!("{out32} <= {p}nf3 ? 32'h7FC00000 : acc_round_f32({p}sign3, {p}k3, {p}a32);"),
+    ];
+    if let Some(out16) = out16 {
+        decl.push(format!("reg [95:0] {p}a16;"));
+        body.push(format!("{p}a16 <= acc_align({p}m2, {p}k2, 7'd18);"));
+        body.push(format!("{out16} <= {p}nf3 ? 16'h7E00 : acc_round_f16({p}sign3, {p}k3, {p}a16);"));
+    }
+    let decl: String = decl.iter().map(|l| format!("{l}\n")).collect();
+    let body: String = body.iter().map(|l| format!("   {l}\n")).collect();
+    (decl, body)
+}
+
 /// The output stage: `acc` (96 bits, 2^-32 units) and `nf` in, `f16` and `f32` (bits) out
 /// [`ROUND_LATENCY`] edges later.
 #[derive(Clone, Debug, Default, LogicBlock)]
@@ -121,29 +161,8 @@ impl Logic for Round {
         self.f32.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(format!(
-            "{ROUND_VERILOG}\
-reg [95:0] m1, m2, a16, a32;
-reg [6:0] k2, k3;
-reg sign1, sign2, sign3, nf1, nf2, nf3;
-always @(posedge clock) begin
-   m1 <= acc_mag(acc);
-   sign1 <= acc[95];
-   nf1 <= nf;
-   m2 <= m1;
-   k2 <= acc_msb(m1);
-   sign2 <= sign1;
-   nf2 <= nf1;
-   a16 <= acc_align(m2, k2, 7'd18);
-   a32 <= acc_align(m2, k2, 7'd0);
-   k3 <= k2;
-   sign3 <= sign2;
-   nf3 <= nf2;
-   f16 <= nf3 ? 16'h7E00 : acc_round_f16(sign3, k3, a16);
-   f32 <= nf3 ? 32'h7FC00000 : acc_round_f32(sign3, k3, a32);
-end
-"
-        ))
+        let (decl, body) = round_stages("", "acc", "nf", "f32", Some("f16"));
+        Verilog::Custom(format!("{ROUND_VERILOG}{decl}always @(posedge clock) begin\n{body}end\n"))
     }
 }
 

@@ -17,7 +17,7 @@
 //! [`ROUTER_LATENCY`] edges from a vector's last beat to `done`.
 
 use crate::lane::ModelState;
-use crate::round::ROUND_VERILOG;
+use crate::round::{round_stages, ROUND_VERILOG};
 use opu_hw::numerics::acc::WideAcc;
 use opu_hw::numerics::dot;
 use rust_hdl::prelude::*;
@@ -193,7 +193,13 @@ impl Logic for Router {
         self.acc_done.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(format!("{ROUND_VERILOG}{ROUTER_VERILOG}"))
+        let (decl_a, body_a) = round_stages("ra_", "fa7", "nfa7", "la9", None);
+        let (decl_b, body_b) = round_stages("rb_", "fb7", "nfb7", "lb9", None);
+        let router = ROUTER_VERILOG
+            .replace("// @ROUND_DECL@\n", &format!("{decl_a}{decl_b}"))
+            .replace("// @ROUND_STAGES@\n", &format!("{body_a}{body_b}"));
+        assert!(!router.contains("// @ROUND"), "the router's rounding stages are in place");
+        Verilog::Custom(format!("{ROUND_VERILOG}{router}"))
     }
 }
 
@@ -252,11 +258,9 @@ reg signed [95:0] acc_a, acc_b;
 reg nf_a, nf_b;
 // S7..S9 (S8 in three stages: 8, 8b, 8c)
 reg signed [95:0] fa7, fb7;
-reg nfa7, nfb7, nfa8, nfb8, nfa8b, nfb8b, nfa8c, nfb8c;
-reg [95:0] ma8, mb8, ma8b, mb8b, na8, nb8;
-reg [6:0] ka8b, kb8b, ka8c, kb8c;
-reg signa8, signb8, signa8b, signb8b, signa8c, signb8c;
+reg nfa7, nfb7;
 reg [31:0] la9, lb9;
+// @ROUND_DECL@
 function automatic signed [95:0] g70(input [69:0] v);
    g70 = {{26{v[69]}}, v};
 endfunction
@@ -319,32 +323,9 @@ always @(posedge clock) begin
    fb7 <= acc_b + gb6;
    nfa7 <= nf_a || nba6;
    nfb7 <= nf_b || nbb6;
-   // S8: normalize, in three stages (the output stage's, `round`): the magnitude, its leading one, the shift
-   ma8 <= acc_mag(fa7);
-   mb8 <= acc_mag(fb7);
-   signa8 <= fa7[95];
-   signb8 <= fb7[95];
-   nfa8 <= nfa7;
-   nfb8 <= nfb7;
-   ma8b <= ma8;
-   mb8b <= mb8;
-   ka8b <= acc_msb(ma8);
-   kb8b <= acc_msb(mb8);
-   signa8b <= signa8;
-   signb8b <= signb8;
-   nfa8b <= nfa8;
-   nfb8b <= nfb8;
-   na8 <= acc_align(ma8b, ka8b, 7'd0);
-   nb8 <= acc_align(mb8b, kb8b, 7'd0);
-   ka8c <= ka8b;
-   kb8c <= kb8b;
-   signa8c <= signa8b;
-   signb8c <= signb8b;
-   nfa8c <= nfa8b;
-   nfb8c <= nfb8b;
-   // S9: round
-   la9 <= nfa8c ? 32'h7FC00000 : acc_round_f32(signa8c, ka8c, na8);
-   lb9 <= nfb8c ? 32'h7FC00000 : acc_round_f32(signb8c, kb8c, nb8);
+   // S8 (8, 8b, 8c: the magnitude, its leading one, the shift) and S9 (round): the output stage's
+   // (`round::round_stages`)
+// @ROUND_STAGES@
    // S10: compare (FP32 order on sign-magnitude; NaN never skips; the datapath never makes -0)
    if (v9) begin
       l0 <= la9;

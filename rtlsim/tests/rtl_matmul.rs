@@ -273,8 +273,7 @@ fn matmul_on_a_wide_weight_port_equals_the_functional_simulator() {
     let mut rng = Rng(0x3a7_3a8);
     for case in chosen_cases() {
         let (cycles, model) = compare_with_func_on(&config, &case.program(), &case.data(&mut rng));
-        let narrow = compare_with_func_on(&OverlayConfig::sim(), &case.program(), &case.data(&mut Rng(1))).0;
-        eprintln!("{case:?}: {cycles} cycles at sim-wide (the model {model}), {narrow} at sim");
+        eprintln!("{case:?}: {cycles} cycles at sim-wide (the model {model})");
         assert!(cycles.abs_diff(model) * 50 <= model, "{case:?}: {cycles} cycles, the model {model}");
     }
 }
