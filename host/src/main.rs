@@ -626,6 +626,17 @@ fn run(cli: Cli) -> Result<()> {
                             f["core_clock_mhz"]
                         );
                     }
+                    // the RTL's memory: its bytes per channel (every line and beat, so more than the counters')
+                    if let Some(per) = d["bytes_per_channel"].as_array() {
+                        let b: Vec<u64> = per.iter().filter_map(|x| x.as_u64()).collect();
+                        if let (Some(lo), Some(hi)) = (b.iter().min(), b.iter().max()) {
+                            println!(
+                                "-- memory: {} bytes on {} channels (lines and beats), {lo} to {hi} per channel",
+                                b.iter().sum::<u64>(),
+                                b.len()
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -1005,6 +1016,9 @@ fn run(cli: Cli) -> Result<()> {
             let out = opu_host::exec::run_loaded(dev.as_mut(), &program, &opts)?;
             if json {
                 let mut v = serde_json::to_value(&out)?;
+                if let Some(per) = dev.channel_bytes() {
+                    v["bytes_per_channel"] = per.into();
+                }
                 v["backend"] = backend.clone().into();
                 v["program"] = program.path.display().to_string().into();
                 v["entry"] = program.entry.clone().into();

@@ -27,6 +27,13 @@ impl ProgramDevice {
             ProgramDevice::Rtl(d) => d.as_mut(),
         }
     }
+    /// [`Device::channel_bytes`] of the device.
+    pub fn channel_bytes(&self) -> Option<Vec<u64>> {
+        match self {
+            ProgramDevice::Func(d) => d.channel_bytes(),
+            ProgramDevice::Rtl(d) => d.channel_bytes(),
+        }
+    }
 }
 
 /// A device that never answers in this long has hung.
@@ -61,6 +68,8 @@ pub struct SimBackend {
     attention_skipped: Vec<u64>,
     /// The pool rows of the indexed KV layout (programs compiled with it).
     kv_rows: Option<KvRows>,
+    /// The device's bytes per memory channel at the last reset, where it counts them (the RTL's memory).
+    channel_base: Option<Vec<u64>>,
 }
 
 impl SimBackend {
@@ -96,7 +105,6 @@ impl SimBackend {
         loader::load(dev.device(), &compiled.container)?;
         let n_layer = compiled.meta.n_layer;
         Ok(SimBackend {
-            dev,
             pos: 0,
             label,
             counters: Counters::default(),
@@ -112,6 +120,8 @@ impl SimBackend {
             attention_skipped: vec![0; n_layer],
             kv_rows: compiled.meta.kv_index.clone().map(KvRows::new),
             meta: compiled.meta,
+            channel_base: dev.channel_bytes(),
+            dev,
         })
     }
 
@@ -306,6 +316,7 @@ impl Backend for SimBackend {
         if let Some(rows) = &mut self.kv_rows {
             rows.reset();
         }
+        self.channel_base = self.dev.channel_bytes();
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
@@ -366,6 +377,11 @@ impl Backend for SimBackend {
             let n = self.decode_passes as f64;
             v["figures"]["cycles_by_instruction"] =
                 self.decode_cycles_by_mnemonic.iter().map(|(m, &c)| (m.clone(), serde_json::json!(c as f64 / n))).collect::<serde_json::Map<_, _>>().into();
+        }
+        // the memory's own figures where it counts them (the RTL's memory model): bytes per channel since the
+        // last reset, every line and beat on the channels
+        if let (Some(now), Some(base)) = (self.dev.channel_bytes(), &self.channel_base) {
+            v["bytes_per_channel"] = now.iter().zip(base).map(|(n, b)| n - b).collect::<Vec<u64>>().into();
         }
         v["skipped_blocks"] = all.skipped_blocks.into();
         v["kv_history_hits"] = all.kv_history_hits.into();

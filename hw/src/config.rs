@@ -309,6 +309,33 @@ impl OverlayConfig {
         self.peak_bandwidth_bytes_per_s() / (f64::from(self.core_clock_mhz) * 1e6)
     }
 
+    /// Bytes one memory channel moves per core cycle: `mem_channel_bits / 8 x mem_clock_mhz / core_clock_mhz`
+    /// (32 at `sim` and `sim-wide`, 64 at `u280`), at least 1.
+    pub fn channel_bytes_per_cycle(&self) -> u64 {
+        (u64::from(self.mem_channel_bits) / 8 * u64::from(self.mem_clock_mhz) / u64::from(self.core_clock_mhz.max(1))).max(1)
+    }
+
+    /// The memory channel that holds device byte `addr`: device memory is interleaved over the channels in
+    /// runs of [`channel_bytes_per_cycle`](Self::channel_bytes_per_cycle) bytes, round robin, so that a
+    /// cycle's peak bytes at an aligned address are one run of every channel (the weight port's `W` beats;
+    /// at `u280` beat `j` is channel `j`'s, the lane quad it feeds).
+    pub fn channel_of(&self, addr: u64) -> u32 {
+        ((addr / self.channel_bytes_per_cycle()) % u64::from(self.mem_channels.max(1))) as u32
+    }
+
+    /// Adds the bytes `[addr, addr + len)` to `per_channel` (one entry per channel) by [`channel_of`](Self::channel_of).
+    pub fn count_channel_bytes(&self, per_channel: &mut [u64], addr: u64, len: u64) {
+        let run = self.channel_bytes_per_cycle();
+        let (mut at, end) = (addr, addr.saturating_add(len));
+        while at < end {
+            let next = ((at / run + 1) * run).min(end);
+            if let Some(c) = per_channel.get_mut(self.channel_of(at) as usize) {
+                *c += next - at;
+            }
+            at = next;
+        }
+    }
+
     /// 64-byte beats the matrix unit's weight port takes per core cycle: the memory's peak bytes per cycle
     /// over 64, at least 1 (1 at `sim`, 2 at `sim-wide`, 32 at `u280`). The RTL builds the port for a power
     /// of two that divides `pe_lanes / 4` (beat `j` of a cycle carries lane quad `j` of a group of `4 x
@@ -367,6 +394,29 @@ mod tests {
         for name in OverlayConfig::PRESETS {
             assert_eq!(OverlayConfig::preset(name).unwrap().name, *name);
         }
+    }
+
+    #[test]
+    fn memory_is_interleaved_over_the_channels_a_cycles_run_each() {
+        for (name, run, channels) in [("sim", 32, 2), ("sim-wide", 32, 4), ("u280", 64, 32)] {
+            let c = OverlayConfig::preset(name).unwrap();
+            assert_eq!((c.channel_bytes_per_cycle(), c.mem_channels), (run, channels), "{name}");
+            assert_eq!(c.channel_bytes_per_cycle() * u64::from(c.mem_channels), c.peak_bytes_per_cycle() as u64, "{name}");
+            // a cycle's peak bytes from an aligned address: one run of every channel
+            let mut per = vec![0u64; channels as usize];
+            c.count_channel_bytes(&mut per, 7 * run * u64::from(channels), run * u64::from(channels));
+            assert!(per.iter().all(|&b| b == run), "{name}: {per:?}");
+        }
+        // at u280 a weight beat (64 bytes) is one channel's run: beat j of a request is channel j's
+        let u = OverlayConfig::u280();
+        assert_eq!((0..32).map(|j| u.channel_of(2048 * 5 + 64 * j)).collect::<Vec<_>>(), (0..32).collect::<Vec<_>>());
+        // a span across runs is split at their boundaries
+        let s = OverlayConfig::sim();
+        let mut per = vec![0u64; 2];
+        s.count_channel_bytes(&mut per, 20, 50);
+        assert_eq!(per, vec![12 + 6, 32]);
+        s.count_channel_bytes(&mut per, 64, 0);
+        assert_eq!(per, vec![18, 32]);
     }
 
     #[test]

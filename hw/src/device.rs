@@ -58,6 +58,14 @@ pub trait Device {
     fn config_hash(&mut self) -> Result<u64, DeviceError> {
         self.mmio_read64(crate::regs::CONFIG_HASH_LO)
     }
+
+    /// Bytes each memory channel has moved since the device was opened, where its memory counts them (the
+    /// RTL's memory model does; a functional model moves no lines): every line and beat on the channels,
+    /// by `OverlayConfig::channel_of`. These are the memory's figures, not the overlay's counters, which
+    /// count the bytes the instructions name (BYTES_READ, BYTES_WRITTEN).
+    fn channel_bytes(&self) -> Option<Vec<u64>> {
+        None
+    }
 }
 
 /// Checks that `[addr, addr + len)` lies inside a memory of `size` bytes; the error every implementation

@@ -122,6 +122,8 @@ mod imp {
         /// Back-pressure: a xorshift state that withholds `m_req_ready` and `w_req_ready` in about a
         /// quarter of the cycles each ([`RtlSim::set_backpressure`]); 0 for a memory that takes every request.
         stall_rng: u64,
+        /// Bytes each channel has moved ([`Device::channel_bytes`]).
+        channel_bytes: Vec<u64>,
     }
 
     /// Called with the cycles since the doorbell while `wait_done` simulates.
@@ -161,6 +163,7 @@ mod imp {
                 vcd_window: None,
                 progress: None,
                 stall_rng: 0,
+                channel_bytes: vec![0; config.mem_channels as usize],
             };
             s.set(s.ports.reset, 1);
             s.step();
@@ -315,9 +318,12 @@ mod imp {
                 let beat = self.get(self.ports.w_addr);
                 assert_eq!(beat % self.beats as u64, 0, "a weight request of {} beats at beat {beat}", self.beats);
                 self.pending_beats.push_back((now + self.latency, beat));
+                self.config.count_channel_bytes(&mut self.channel_bytes, beat.saturating_mul(64), 64 * self.beats as u64);
             }
             if m_req && m_ready {
                 let line = self.get(self.ports.m_addr);
+                // a line on its channel, read or written (whatever its byte mask: the line is the transfer)
+                self.config.count_channel_bytes(&mut self.channel_bytes, line.saturating_mul(32), 32);
                 if self.get(self.ports.m_write) == 1 {
                     let mut data = [0u32; 8];
                     self.top.port_words(self.ports.m_wdata, &mut data);
@@ -374,6 +380,11 @@ mod imp {
             Ok(())
         }
 
+        /// Every line request of the line port (instruction fetch, DMA, the attention unit; read or written)
+        /// and every request of the weight port, on the channels that hold its bytes.
+        fn channel_bytes(&self) -> Option<Vec<u64>> {
+            Some(self.channel_bytes.clone())
+        }
         fn mem_size(&self) -> u64 {
             self.mem.len() as u64
         }

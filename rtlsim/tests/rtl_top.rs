@@ -90,6 +90,36 @@ fn compare_code(code: &[u8], args: &[u32], what: &str) -> Option<Completion> {
     completion
 }
 
+/// The memory model's bytes per channel (`Device::channel_bytes`): every line and beat on the channel that
+/// holds it (`OverlayConfig::channel_of`: 32-byte runs over the `sim` preset's two channels, alternating).
+/// A DMA load of 4,096 bytes from an aligned line is 128 lines, 64 on each channel, and the program's two
+/// instructions one line of fetch on CODE's channel; then a `matmul`'s weight beats, 64 bytes each, half on
+/// each channel.
+#[test]
+fn the_memory_counts_the_bytes_on_each_channel() {
+    if !models_or_skip("RTL memory channels") {
+        return;
+    }
+    let config = OverlayConfig::sim();
+    let mut dev = opu_rtlsim::RtlSim::new(&config).unwrap();
+    assert_eq!(dev.channel_bytes(), Some(vec![0, 0]));
+    let fetch = config.channel_of(common::CODE) as usize;
+    let load = encode_program(&assemble("load spm=0 mem=0x100 bytes=4096 idx=r0 stride=0\nend\n").unwrap()).unwrap();
+    let (state, _) = common::run_program("channels: load", &mut dev, &load, &[0u8; 64]);
+    assert!(state.result.is_ok(), "{:?}", state.result);
+    let mut want = vec![2048u64, 2048];
+    want[fetch] += 32;
+    assert_eq!(dev.channel_bytes().unwrap(), want, "a load of 128 lines and a line of fetch");
+    let matmul = encode_program(&assemble("matmul fmt=w8 out=f16 ntok=1 dst=0x400 src=0 rows=16 cols=64 w=0x1000\nend\n").unwrap()).unwrap();
+    let weights = opu_hw::weight_layout::WeightLayout::new(&config, 68).matrix_bytes(16);
+    let (state, _) = common::run_program("channels: matmul", &mut dev, &matmul, &[0u8; 64]);
+    assert!(state.result.is_ok(), "{:?}", state.result);
+    want[0] += weights / 2;
+    want[1] += weights / 2;
+    want[fetch] += 32;
+    assert_eq!(dev.channel_bytes().unwrap(), want, "a matmul's {weights} weight bytes and a line of fetch");
+}
+
 #[test]
 fn dma_and_scalar_programs_equal_the_functional_simulator() {
     if !models_or_skip("RTL top vs functional simulator") {
