@@ -76,7 +76,7 @@ mod rtl {
     pub const MATMUL_TAIL: u64 = 10;
     pub const MATMUL_LANE_W4MIN: u64 = 11;
     pub const MATMUL_LANE: u64 = 10;
-    pub const MATMUL_CHUNK: u64 = 10;
+    pub const MATMUL_CHUNK: u64 = 11;
     /// After a group's last step, its last token's capture and the next group's start (which does not
     /// wait for the readout), where the next group is in the ring already (one whose last beat comes later
     /// starts when it is loaded: `ready`). Fitted on groups that follow at the compute's pace.
@@ -92,7 +92,7 @@ mod rtl {
     /// besides its lanes' step pairs (2 cycles per 8 columns and lane), the old words' read, the steps' way
     /// to the router and through it, the rounding and the write; per token, its start; after a group, the
     /// next one's start.
-    pub const MATMUL_F16_CHUNK: u64 = 21;
+    pub const MATMUL_F16_CHUNK: u64 = 22;
     pub const MATMUL_F16_TOKEN: u64 = 2;
     pub const MATMUL_F16_NEXT_GROUP: u64 = 2;
     /// `fmt=f16`: the unit's last cycles after the last chunk's write, and with `red` the fused reduction's
