@@ -64,6 +64,10 @@ const _: () = assert!(crate::sqsum::SQSUM_LATENCY == 4);
 // The rounding's lanes wait in `pr_*`, delay lines of 4 entries.
 const _: () = assert!(crate::round::ROUND_LATENCY == 4);
 const _: () = assert!(opu_hw::config::WEIGHT_GROUP_ENTRIES == 8);
+// `fmt=f16`: a step's record waits in `fd_*`, delay lines of 5 entries, for the weights it reads on the
+// datapath's `f16_w`; the router's accumulators are out 6 edges after its beat.
+const _: () = assert!(dp::F16_W_LATENCY == 5);
+const _: () = assert!(crate::router::ROUTER_ACC_LATENCY == 6);
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum MatrixState {
