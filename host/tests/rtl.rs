@@ -112,16 +112,23 @@ fn tiny_transformer_on_the_wide_weight_port_equals_the_functional_simulator() {
     }
     let g = parse_bytes(&TinyLlama::default().gguf(), "tiny.gguf").unwrap();
     let config = OverlayConfig::sim_wide();
-    let mut rtl = SimBackend::open_rtl(&g, &config, &CompileOptions::default()).unwrap();
-    let mut sim = SimBackend::open(&g, &config, &CompileOptions::default(), 1).unwrap();
     let prompt: Vec<u32> = (0..18).map(|i| (i * 31 + 7) % 96).collect();
-    let (a, b) = (rtl.forward(&prompt, true).unwrap(), sim.forward(&prompt, true).unwrap());
-    assert_eq!(bits(&a), bits(&b), "prefill logits");
+    prefill_and_decode_equal(&g, &config, &prompt, &[9, 61, 30], "tiny transformer at sim-wide");
+}
+
+/// Prefill of `prompt` and decode steps of `tokens` on the RTL and on the functional simulator of `config`:
+/// the logits bit for bit, all of device memory after the prefill, the counters and memory after each step
+/// (`decode_equal`), and the cycle model within 5% of the RTL's cycles per decoded token.
+fn prefill_and_decode_equal(g: &opu_compiler::gguf::Gguf, config: &OverlayConfig, prompt: &[u32], tokens: &[u32], what: &str) {
+    let mut rtl = SimBackend::open_rtl(g, config, &CompileOptions::default()).unwrap();
+    let mut sim = SimBackend::open(g, config, &CompileOptions::default(), 1).unwrap();
+    let (a, b) = (rtl.forward(prompt, true).unwrap(), sim.forward(prompt, true).unwrap());
+    assert_eq!(bits(&a), bits(&b), "{what}: prefill logits");
     assert_memory_equal(&mut rtl, &mut sim, "after the prefill");
-    let (rs, ss) = decode_equal(&mut rtl, &mut sim, &[9, 61, 30]);
+    let (rs, ss) = decode_equal(&mut rtl, &mut sim, tokens);
     let (cr, cs) = (rs["figures"]["cycles_per_token"].as_f64().unwrap(), ss["figures"]["cycles_per_token"].as_f64().unwrap());
-    eprintln!("tiny transformer at sim-wide: RTL {cr:.0} cycles per decoded token, functional model {cs:.0} ({:+.2}%)", 100.0 * (cs / cr - 1.0));
-    assert!((cs / cr - 1.0).abs() < 0.05, "functional model {cs} vs RTL {cr} cycles per token");
+    eprintln!("{what}: RTL {cr:.0} cycles per decoded token, functional model {cs:.0} ({:+.2}%)", 100.0 * (cs / cr - 1.0));
+    assert!((cs / cr - 1.0).abs() < 0.05, "{what}: functional model {cs} vs RTL {cr} cycles per token");
 }
 
 /// The tiny transformer with F16 matrices (a GGUF in F16: every layer's `matmul` is `fmt=f16`, on the matrix
@@ -138,16 +145,8 @@ fn tiny_transformer_with_f16_matrices_on_the_rtl_equals_the_functional_simulator
     let decode = c.container.code("decode").unwrap().unwrap();
     let f16_matmuls = decode.iter().filter(|i| matches!(i, Instr::Matmul { fmt: WeightFormat::F16, .. })).count();
     assert!(f16_matmuls >= 2 * 4, "{f16_matmuls} F16 matmuls");
-    let mut rtl = SimBackend::open_rtl(&g, &config, &CompileOptions::default()).unwrap();
-    let mut sim = SimBackend::open(&g, &config, &CompileOptions::default(), 1).unwrap();
     let prompt: Vec<u32> = (0..18).map(|i| (i * 37 + 5) % 96).collect();
-    let (a, b) = (rtl.forward(&prompt, true).unwrap(), sim.forward(&prompt, true).unwrap());
-    assert_eq!(bits(&a), bits(&b), "prefill logits");
-    assert_memory_equal(&mut rtl, &mut sim, "after the prefill");
-    let (rs, ss) = decode_equal(&mut rtl, &mut sim, &[11, 50, 83]);
-    let (cr, cs) = (rs["figures"]["cycles_per_token"].as_f64().unwrap(), ss["figures"]["cycles_per_token"].as_f64().unwrap());
-    eprintln!("tiny transformer with F16 matrices: RTL {cr:.0} cycles per decoded token, functional model {cs:.0} ({:+.2}%)", 100.0 * (cs / cr - 1.0));
-    assert!((cs / cr - 1.0).abs() < 0.05, "functional model {cs} vs RTL {cr} cycles per token");
+    prefill_and_decode_equal(&g, &config, &prompt, &[11, 50, 83], "tiny transformer with F16 matrices");
 }
 
 /// The tiny transformer (4 layers, so that a layer reads through the history K/V that a skip two layers
