@@ -1,8 +1,11 @@
 //! Router calibration (`--skip RATE`): pretrained models ship no routers, so the compiler fits them to text.
 //!
-//! 1. **Importance.** The f32 interpreter runs the calibration sequences densely and, at every block's
-//!    residual add, records the block's input `x` (what its router reads) and its importance for that token,
-//!    `ln(||update|| / ||x||)`: how much the block changes the residual stream, relative to it.
+//! 1. **Importance.** The f32 interpreter runs the calibration sequences and records, for every block and
+//!    token, the block's input `x` (what its router reads) and its importance for that token
+//!    ([`Importance`]): by default what skipping the block costs the output, `ln(KL + 1e-4)` of the token's
+//!    next-token distribution against the dense model's when the block is skipped for every decoded token of
+//!    the sequence; or the cheaper proxy `ln(||update|| / ||x||)`, how much the block changes the residual
+//!    stream relative to it.
 //! 2. **Fit.** Per block (layers 1.., layer 0 always executes), a ridge regression of the importance on `x`
 //!    (features standardized, intercept unpenalized): `s(x) = w . x + b`.
 //! 3. **Threshold.** One threshold `tau` over every (token, block) decision of the calibration text: the
@@ -13,23 +16,57 @@
 //!
 //! The linear algebra (Gram matrices, the Cholesky solve) is nalgebra's.
 
-use crate::interp::{BlockUpdate, Interpreter};
+use crate::interp::{BlockUpdate, DroppedBlock, Interpreter};
 use crate::ir::Block;
 use crate::llama::ModelError;
 use crate::routers::{Router, Routers};
 use nalgebra::{DMatrix, DVector};
 use serde::Serialize;
 
+/// What a (token, block) decision's importance is measured as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Importance {
+    /// `ln(KL(dense || skipped) + 1e-4)` of the token's next-token distribution: each sequence's first
+    /// `prompt` tokens run densely (a prefill executes every block), then the rest once densely and once per
+    /// block with that block skipped for every one of them ([`Interpreter::forward_dropping_each`]). What
+    /// the skip costs the output, including what the token's changed K/V (and, for attention, the K/V of
+    /// an earlier layer) cost the tokens after it. One pass per block and sequence.
+    OutputKl,
+    /// `ln(||update|| / ||x||)` at the block's residual add of one dense pass: a proxy that does not see
+    /// the output (nor what a skipped attention costs later tokens).
+    RelativeUpdate,
+}
+
+impl Importance {
+    pub fn name(self) -> &'static str {
+        match self {
+            Importance::OutputKl => "output-kl",
+            Importance::RelativeUpdate => "relative-update",
+        }
+    }
+}
+
+/// Floor of the KL in [`Importance::OutputKl`]: below it the output does not change in any way that matters,
+/// and the log does not spread such tokens over decades.
+pub const KL_FLOOR: f64 = 1e-4;
+
 /// How routers are fitted.
 #[derive(Clone, Debug)]
 pub struct CalibrateOptions {
+    pub importance: Importance,
+    /// [`Importance::OutputKl`]: the tokens at the start of each sequence run densely, as a prompt (the
+    /// positions measured are the ones after it).
+    pub prompt: usize,
     /// Target share of skipped (token, block) decisions, over both blocks of layers 1.. (`--skip`).
     pub rate: f64,
-    /// Ridge penalty on the standardized features, per calibration token.
+    /// Ridge penalty on the standardized features, per calibration token. The default, 1,000, shrinks each
+    /// router nearly to its block's mean importance: with a thousand calibration tokens for hundreds of
+    /// inputs, a light ridge fits noise that held-out text does not share (docs/skipping.md measures it).
     pub ridge: f64,
-    /// Positions at the start of each sequence left out of the fit and of the threshold: the first tokens
-    /// of a text carry the attention sink (residual norms far from the rest) and are prompt tokens, which
-    /// never skip (docs/skipping.md).
+    /// [`Importance::RelativeUpdate`]: positions at the start of each sequence left out of the fit and of
+    /// the threshold: the first tokens of a text carry the attention sink (residual norms far from the rest)
+    /// and are prompt tokens, which never skip (docs/skipping.md).
     pub skip_first: usize,
     /// Which blocks may skip, `[attention, ffn]` (`opu calibrate --blocks`); the rate stays a share of all
     /// decisions, so FFN-only routers at 0.25 skip half the FFN blocks.
@@ -41,7 +78,7 @@ pub struct CalibrateOptions {
 
 impl Default for CalibrateOptions {
     fn default() -> Self {
-        CalibrateOptions { rate: 0.25, ridge: 1.0, skip_first: 4, blocks: [true; 2], per_block: false }
+        CalibrateOptions { importance: Importance::OutputKl, prompt: 16, rate: 0.25, ridge: 1000.0, skip_first: 4, blocks: [true; 2], per_block: false }
     }
 }
 
@@ -50,8 +87,9 @@ impl Default for CalibrateOptions {
 pub struct BlockFit {
     pub layer: usize,
     pub block: &'static str,
-    /// Mean of `||update|| / ||x||` over the calibration tokens.
-    pub mean_relative_update: f64,
+    /// Mean of `||update|| / ||x||` ([`Importance::RelativeUpdate`]) or of the KL when the block is skipped
+    /// ([`Importance::OutputKl`]) over the calibration tokens.
+    pub mean_importance: f64,
     /// Share of the importance's variance the router explains on the calibration tokens.
     pub r2: f64,
     /// Share of calibration tokens whose decision is skip (FP16 router, f32 input).
@@ -66,9 +104,10 @@ pub struct Calibration {
     #[serde(skip)]
     pub routers: Routers,
     pub target_rate: f64,
+    pub importance: Importance,
     /// Skipped decisions over all decisions of layers 1.. on the calibration tokens.
     pub calibration_rate: f64,
-    /// The importance threshold (`ln` of a relative update), pooled over the blocks (with `per_block`, each
+    /// The importance threshold (`ln` of a KL or of a relative update), pooled over the blocks (with `per_block`, each
     /// block's is in its [`BlockFit`]).
     pub threshold: f64,
     pub per_block: bool,
@@ -85,17 +124,58 @@ pub enum CalibrateError {
 }
 
 /// The samples of one block: `x` rows and their importances.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Samples {
     x: Vec<f32>,
     y: Vec<f64>,
 }
 
+/// Every block's importance for every calibration token ([`measure_importance`]): what [`fit`] fits routers
+/// to (one measurement serves several rates).
+#[derive(Clone)]
+pub struct Measured {
+    pub importance: Importance,
+    pub hidden: usize,
+    /// Tokens measured (positions, each with a decision per block).
+    pub tokens: usize,
+    /// `[layer][block]` (layer 0 empty).
+    samples: Vec<[Samples; 2]>,
+}
+
 /// Fits routers on `sequences` (token ids; each runs from position 0) with the model `interp` runs.
 pub fn calibrate(interp: &mut Interpreter, sequences: &[Vec<u32>], opts: &CalibrateOptions) -> Result<Calibration, CalibrateError> {
+    calibrate_with_progress(interp, sequences, opts, &mut |_| {})
+}
+
+/// [`calibrate`], calling `progress` with the number of sequences measured after each.
+pub fn calibrate_with_progress(
+    interp: &mut Interpreter,
+    sequences: &[Vec<u32>],
+    opts: &CalibrateOptions,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Calibration, CalibrateError> {
+    check_rates(opts)?;
+    fit(&measure_importance(interp, sequences, opts, progress)?, opts)
+}
+
+fn check_rates(opts: &CalibrateOptions) -> Result<(), CalibrateError> {
     if !(0.0..1.0).contains(&opts.rate) {
         return Err(CalibrateError::Input(format!("skip rate {}: expected a value in [0, 1)", opts.rate)));
     }
+    if !(opts.ridge.is_finite() && opts.ridge > 0.0) {
+        return Err(CalibrateError::Input(format!("ridge penalty {}: expected a finite number > 0", opts.ridge)));
+    }
+    Ok(())
+}
+
+/// Step 1: every block's importance ([`CalibrateOptions::importance`]) for every token of `sequences`, and
+/// the block's input there; `progress` gets the number of sequences measured after each.
+pub fn measure_importance(
+    interp: &mut Interpreter,
+    sequences: &[Vec<u32>],
+    opts: &CalibrateOptions,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Measured, CalibrateError> {
     let n_layer = interp.graph().layer_outputs.len();
     let hidden = interp
         .graph()
@@ -105,33 +185,69 @@ pub fn calibrate(interp: &mut Interpreter, sequences: &[Vec<u32>], opts: &Calibr
         .map(|n| n.shape.len())
         .ok_or_else(|| CalibrateError::Input("the graph has no layers".into()))?;
     let mut samples: Vec<[Samples; 2]> = (0..n_layer).map(|_| Default::default()).collect();
-    let skip_first = opts.skip_first;
-    for seq in sequences {
-        if seq.len() <= skip_first {
-            continue;
+    match opts.importance {
+        Importance::RelativeUpdate => {
+            let skip_first = opts.skip_first;
+            for (i, seq) in sequences.iter().enumerate().filter(|(_, s)| s.len() > skip_first) {
+                progress(i);
+                interp.reset();
+                let mut observe = |u: BlockUpdate<'_>| {
+                    if u.layer == 0 {
+                        return;
+                    }
+                    let s = &mut samples[u.layer][u.block as usize];
+                    for (x, d) in u.input.chunks_exact(hidden).zip(u.update.chunks_exact(hidden)).skip(skip_first) {
+                        let nx = x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+                        let nd = d.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+                        s.x.extend_from_slice(x);
+                        s.y.push((nd.max(1e-30) / nx.max(1e-30)).ln());
+                    }
+                };
+                interp.forward_observed(seq, &mut observe)?;
+            }
         }
-        interp.reset();
-        let mut observe = |u: BlockUpdate<'_>| {
-            if u.layer == 0 {
-                return;
+        Importance::OutputKl => {
+            let prompt = opts.prompt.max(1);
+            for (i, seq) in sequences.iter().enumerate().filter(|(_, s)| s.len() > prompt) {
+                progress(i);
+                interp.reset();
+                interp.forward(&seq[..prompt])?;
+                let vocab = interp.vocab();
+                let mut dense: Vec<Vec<f64>> = Vec::new();
+                let mut each = |d: DroppedBlock<'_>| {
+                    if dense.is_empty() {
+                        dense = d.dense_logits.chunks_exact(vocab).map(log_softmax).collect();
+                    }
+                    let s = &mut samples[d.layer][d.block as usize];
+                    for ((x, z), ld) in d.input.chunks_exact(hidden).zip(d.logits.chunks_exact(vocab)).zip(&dense) {
+                        s.x.extend_from_slice(x);
+                        s.y.push((kl_divergence(ld, &log_softmax(z)) + KL_FLOOR).ln());
+                    }
+                };
+                interp.forward_dropping_each(&seq[prompt..], &mut each)?;
             }
-            let s = &mut samples[u.layer][u.block as usize];
-            for (x, d) in u.input.chunks_exact(hidden).zip(u.update.chunks_exact(hidden)).skip(skip_first) {
-                let nx = x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
-                let nd = d.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
-                s.x.extend_from_slice(x);
-                s.y.push((nd.max(1e-30) / nx.max(1e-30)).ln());
-            }
-        };
-        interp.forward_observed(seq, &mut observe)?;
+        }
     }
+    progress(sequences.len());
     let tokens = samples.get(1).map_or(0, |s| s[0].y.len());
     if tokens < 16 {
+        let first = match opts.importance {
+            Importance::OutputKl => opts.prompt,
+            Importance::RelativeUpdate => opts.skip_first,
+        };
         return Err(CalibrateError::Input(format!(
-            "{tokens} calibration tokens (after the first {skip_first} of each sequence): at least 16 are needed"
+            "{tokens} calibration tokens (after the first {first} of each sequence): at least 16 are needed"
         )));
     }
+    Ok(Measured { importance: opts.importance, hidden, tokens, samples })
+}
 
+/// Steps 2 to 4: routers fitted to `measured` for `opts`' rate (its importance and measuring options are
+/// `measured`'s).
+pub fn fit(measured: &Measured, opts: &CalibrateOptions) -> Result<Calibration, CalibrateError> {
+    check_rates(opts)?;
+    let Measured { hidden, tokens, ref samples, .. } = *measured;
+    let n_layer = samples.len();
     // Fit every block, then pool the predictions for one threshold.
     let mut fits: Vec<(usize, Block, Fit)> = Vec::new();
     for (l, blocks) in samples.iter().enumerate().skip(1) {
@@ -169,8 +285,9 @@ pub fn calibrate(interp: &mut Interpreter, sequences: &[Vec<u32>], opts: &Calibr
         let router = fit.router(tau);
         let skips = s.x.chunks_exact(hidden).filter(|x| router.skips(x)).count();
         skipped += skips;
-        let mean_relative_update = s.y.iter().map(|y| y.exp()).sum::<f64>() / s.y.len() as f64;
-        blocks.push(BlockFit { layer: *l, block: block.name(), mean_relative_update, r2: fit.r2, skip_rate: skips as f64 / s.y.len() as f64, threshold: tau });
+        let floor = if measured.importance == Importance::OutputKl { KL_FLOOR } else { 0.0 };
+        let mean_importance = s.y.iter().map(|y| y.exp() - floor).sum::<f64>() / s.y.len() as f64;
+        blocks.push(BlockFit { layer: *l, block: block.name(), mean_importance, r2: fit.r2, skip_rate: skips as f64 / s.y.len() as f64, threshold: tau });
         if skips > 0 {
             routers.layers[*l][*block as usize] = Some(router);
         }
@@ -178,6 +295,7 @@ pub fn calibrate(interp: &mut Interpreter, sequences: &[Vec<u32>], opts: &Calibr
     Ok(Calibration {
         routers,
         target_rate: opts.rate,
+        importance: measured.importance,
         calibration_rate: skipped as f64 / decisions.max(1) as f64,
         threshold,
         per_block: opts.per_block,

@@ -36,6 +36,24 @@ pub struct BlockUpdate<'a> {
     pub update: &'a [f32],
 }
 
+/// The computed value `id` of a pass.
+fn value(values: &[Option<Vec<f32>>], id: crate::ir::ValueId) -> &[f32] {
+    values[id.index()].as_deref().expect("kept and computed")
+}
+
+/// A pass without one block, as [`Interpreter::forward_dropping_each`] gives it: rows of `n` tokens each.
+#[derive(Clone, Copy, Debug)]
+pub struct DroppedBlock<'a> {
+    pub layer: usize,
+    pub block: Block,
+    /// The block's input in the dense pass (what its router reads).
+    pub input: &'a [f32],
+    /// The dense pass's logits.
+    pub dense_logits: &'a [f32],
+    /// The logits with the block skipped for every token.
+    pub logits: &'a [f32],
+}
+
 /// One layer's KV cache: a row of `n_head_kv * head_dim` per position.
 #[derive(Clone, Debug, Default)]
 struct KvCache {
@@ -122,16 +140,16 @@ impl Interpreter {
         self.run(tokens, None, Some(observe))
     }
 
-    /// Runs one token at the next position with the blocks `skips[layer] = [attention, ffn]` skipped
-    /// (docs/skipping.md): a skipped block passes the residual through, and a skipped attention block appends,
-    /// as the token's K/V at that layer, its K/V at the layer before (which is, by induction, the K/V of the
-    /// latest layer where the token executed attention). Layer 0 must execute.
-    pub fn forward_skipping(&mut self, token: u32, skips: &[[bool; 2]]) -> Result<Forward, ModelError> {
+    /// Runs `tokens` at the next positions with the blocks `skips[layer] = [attention, ffn]` skipped for every
+    /// one of them (docs/skipping.md): a skipped block passes the residual through, and a skipped attention
+    /// block appends, as each token's K/V at that layer, its K/V at the layer before (which is, by induction,
+    /// the K/V of the latest layer where the token executed attention). Layer 0 must execute.
+    pub fn forward_skipping(&mut self, tokens: &[u32], skips: &[[bool; 2]]) -> Result<Forward, ModelError> {
         let layers = self.graph.layer_outputs.len();
         if skips.len() != layers || skips.first().is_some_and(|s| s[0] || s[1]) {
             return Err(ModelError::Input { what: format!("skips for {} layers with layer 0 executing, the graph has {layers}", skips.len()) });
         }
-        self.run(&[token], Some(&mut |l: usize, b: Block, _: &[f32]| skips[l][b as usize]), None)
+        self.run(tokens, Some(&mut |l: usize, b: Block, _: &[f32]| skips[l][b as usize]), None)
     }
 
     /// Runs one token at the next position with each block's router deciding on the block's input, as
@@ -155,12 +173,62 @@ impl Interpreter {
         Ok((fwd, decisions))
     }
 
-    fn run(
-        &mut self,
-        tokens: &[u32],
-        mut skips: Option<&mut dyn FnMut(usize, Block, &[f32]) -> bool>,
-        mut observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
-    ) -> Result<Forward, ModelError> {
+    /// Runs `tokens` densely at the next positions, then once more for every block of layers 1.. with that
+    /// block skipped for each of the tokens (docs/skipping.md's semantics, as [`Interpreter::forward_skipping`]),
+    /// calling `each` with the block, its input rows in the dense pass, the dense logits and the logits of the
+    /// pass without it. Each of those passes resumes at the block's first node from the dense pass's
+    /// values (what comes before the block is the same). The KV caches and the position end as after the
+    /// dense pass, whose results it returns. What router calibration measures (`crate::calibrate`).
+    pub fn forward_dropping_each(&mut self, tokens: &[u32], each: &mut dyn FnMut(DroppedBlock<'_>)) -> Result<Forward, ModelError> {
+        self.check(tokens)?;
+        let graph = Arc::clone(&self.graph);
+        let mut dense = vec![None; graph.value_count()];
+        self.exec(tokens, 0, &mut dense, None, None, false);
+        // the dense pass's K/V rows of the tokens, put back after the passes without a block
+        let n = tokens.len();
+        let appended: Vec<(Vec<f32>, Vec<f32>)> = self
+            .cache
+            .iter()
+            .map(|c| {
+                let kv = c.k.len() / (self.pos + n);
+                (c.k[self.pos * kv..].to_vec(), c.v[self.pos * kv..].to_vec())
+            })
+            .collect();
+        let mut last_use = vec![0usize; dense.len()];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            node.inputs.iter().for_each(|v| last_use[v.index()] = i);
+        }
+        for (l, b) in (1..graph.layer_outputs.len()).flat_map(|l| Block::ALL.map(|b| (l, b))) {
+            let Some(first) = graph.nodes.iter().position(|nd| nd.layer == Some(l) && nd.block == Some(b)) else { continue };
+            // the values the nodes from `first` on read that are defined before it
+            let mut values: Vec<Option<Vec<f32>>> = vec![None; dense.len()];
+            for node in &graph.nodes[..first] {
+                let v = node.output.index();
+                if last_use[v] >= first {
+                    values[v] = dense[v].clone();
+                }
+            }
+            self.exec(tokens, first, &mut values, Some(&mut |l2: usize, b2: Block, _: &[f32]| l2 == l && b2 == b), None, true);
+            each(DroppedBlock {
+                layer: l,
+                block: b,
+                input: value(&dense, graph.nodes[first].inputs[0]),
+                dense_logits: value(&dense, graph.output),
+                logits: value(&values, graph.output),
+            });
+        }
+        for (c, (k, v)) in self.cache.iter_mut().zip(appended) {
+            let kv = k.len() / n;
+            c.k.truncate(self.pos * kv);
+            c.v.truncate(self.pos * kv);
+            c.k.extend_from_slice(&k);
+            c.v.extend_from_slice(&v);
+        }
+        self.pos += n;
+        Ok(self.collect(&dense, n))
+    }
+
+    fn check(&self, tokens: &[u32]) -> Result<(), ModelError> {
         let input_err = |what: String| Err(ModelError::Input { what });
         let n = tokens.len();
         if n == 0 {
@@ -172,26 +240,63 @@ impl Interpreter {
         if self.pos + n > self.graph.context_length {
             return input_err(format!("{n} tokens at position {} exceed the context length {}", self.pos, self.graph.context_length));
         }
+        Ok(())
+    }
+
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        skips: Option<&mut dyn FnMut(usize, Block, &[f32]) -> bool>,
+        observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
+    ) -> Result<Forward, ModelError> {
+        self.check(tokens)?;
+        let mut values = vec![None; self.graph.value_count()];
+        self.exec(tokens, 0, &mut values, skips, observe, true);
+        self.pos += tokens.len();
+        Ok(self.collect(&values, tokens.len()))
+    }
+
+    /// The logits and the layer outputs of a pass over `n` tokens.
+    fn collect(&self, values: &[Option<Vec<f32>>], n: usize) -> Forward {
+        let rows = |v: crate::ir::ValueId| -> Vec<Vec<f32>> {
+            let data = values[v.index()].as_deref().expect("checked: outputs are defined");
+            data.chunks_exact(data.len() / n).map(<[f32]>::to_vec).collect()
+        };
+        Forward { logits: rows(self.graph.output), layer_hidden: self.graph.layer_outputs.iter().map(|&v| rows(v)).collect() }
+    }
+
+    /// Runs the graph's nodes from `start` on over `tokens` (checked) at positions `pos..`, with `values`
+    /// holding what those nodes read from before `start`. Each attention node first drops the cache rows at
+    /// `pos..` (none in a first pass; a pass resumed at a block replaces the rows of the pass before it).
+    /// With `free`, a value is dropped at its last use unless the pass returns it.
+    fn exec(
+        &mut self,
+        tokens: &[u32],
+        start: usize,
+        values: &mut [Option<Vec<f32>>],
+        mut skips: Option<&mut dyn FnMut(usize, Block, &[f32]) -> bool>,
+        mut observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
+        free: bool,
+    ) {
+        let n = tokens.len();
         let graph = Arc::clone(&self.graph);
         let weights = Arc::clone(&self.weights);
         let w = |name: &str| weights[name].as_slice();
 
         // Each value lives from its definition to its last use, except the ones returned.
         let count = graph.value_count();
-        let mut keep = vec![false; count];
+        let mut keep = vec![!free; count];
         keep[graph.output.index()] = true;
         graph.layer_outputs.iter().for_each(|v| keep[v.index()] = true);
         let mut last_use = vec![0usize; count];
         for (i, node) in graph.nodes.iter().enumerate() {
             node.inputs.iter().for_each(|v| last_use[v.index()] = i);
         }
-        // Activations: `n` rows of the value's length, flat. The token input is `tokens` itself.
-        let mut values: Vec<Option<Vec<f32>>> = vec![None; count];
         let token_input = graph.inputs[0].value;
         // each block's decision, taken at its first node (its RMSNorm, whose input is the block's input)
         let mut decided: Vec<[Option<bool>; 2]> = vec![[None; 2]; graph.layer_outputs.len()];
 
-        for (i, node) in graph.nodes.iter().enumerate() {
+        for (i, node) in graph.nodes.iter().enumerate().skip(start) {
             let arg = |j: usize| values[node.inputs[j].index()].as_deref().expect("checked: defined before use");
             let len = node.shape.len();
             let skipped = match (skips.as_mut(), node.layer, node.block) {
@@ -202,13 +307,15 @@ impl Interpreter {
                 match &node.op {
                     // the block's residual: x passes through
                     Op::Add => values[node.output.index()] = Some(arg(0).to_vec()),
-                    // the K/V of the layer before, carried: one row of n_head_kv * head_dim (n = 1)
+                    // the K/V of the layer before, carried: a row of n_head_kv * head_dim per token
                     &Op::Attention { layer, n_head_kv, head_dim, .. } => {
                         let kv = n_head_kv * head_dim;
                         let (prev, cache) = self.cache.split_at_mut(layer);
                         let prev = prev.last().expect("layer 0 executes");
-                        cache[0].k.extend_from_slice(&prev.k[self.pos * kv..(self.pos + 1) * kv]);
-                        cache[0].v.extend_from_slice(&prev.v[self.pos * kv..(self.pos + 1) * kv]);
+                        cache[0].k.truncate(self.pos * kv);
+                        cache[0].v.truncate(self.pos * kv);
+                        cache[0].k.extend_from_slice(&prev.k[self.pos * kv..(self.pos + n) * kv]);
+                        cache[0].v.extend_from_slice(&prev.v[self.pos * kv..(self.pos + n) * kv]);
                     }
                     // the rest of the block is not computed
                     _ => {}
@@ -224,11 +331,13 @@ impl Interpreter {
                 Op::RmsNorm { gain, eps } => rms_norm(arg(0), w(gain), *eps),
                 Op::MatMul { weight, rows, cols } => matmul(w(weight), *rows, *cols, arg(0)),
                 Op::Rope { heads, head_dim, theta } => rope(arg(0), *heads, *head_dim, *theta, self.pos),
-                Op::Attention { n_head, n_head_kv, head_dim, layer } => {
-                    let cache = &mut self.cache[*layer];
+                &Op::Attention { n_head, n_head_kv, head_dim, layer } => {
+                    let cache = &mut self.cache[layer];
+                    cache.k.truncate(self.pos * n_head_kv * head_dim);
+                    cache.v.truncate(self.pos * n_head_kv * head_dim);
                     cache.k.extend_from_slice(arg(1));
                     cache.v.extend_from_slice(arg(2));
-                    attention(arg(0), cache, *n_head, *n_head_kv, *head_dim, self.pos)
+                    attention(arg(0), cache, n_head, n_head_kv, head_dim, self.pos)
                 }
                 Op::SwiGlu => arg(0).iter().zip(arg(1)).map(|(&g, &u)| silu(g) * u).collect(),
                 Op::Add => {
@@ -246,12 +355,6 @@ impl Interpreter {
                 }
             }
         }
-        self.pos += n;
-        let rows = |v: crate::ir::ValueId| -> Vec<Vec<f32>> {
-            let data = values[v.index()].as_deref().expect("checked: outputs are defined");
-            data.chunks_exact(data.len() / n).map(<[f32]>::to_vec).collect()
-        };
-        Ok(Forward { logits: rows(graph.output), layer_hidden: graph.layer_outputs.iter().map(|&v| rows(v)).collect() })
     }
 }
 
@@ -369,14 +472,29 @@ fn matmul(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     let per = rows.div_ceil(threads).next_multiple_of(4);
     let row = |r: usize| &w[r * cols..][..cols];
     let tok = |t: usize| &x[t * cols..][..cols];
+    // Tokens in groups of 8, each group transposed (`[col][8]`), so that 8 dot products of one weight row
+    // advance side by side in vector lanes (each still a multiply, then an add, in index order).
+    let groups8 = n / 8;
+    let xt: Vec<f32> = (0..groups8)
+        .flat_map(|g| (0..cols).flat_map(move |k| (0..8).map(move |j| x[(8 * g + j) * cols + k])))
+        .collect();
     // Four dot products at a time (four independent accumulators, each in index order): four tokens against
     // one weight row, and for the tokens left over, one token against four weight rows.
     let work = |first: usize, out: &mut [f32]| {
-        let full = n / 4 * 4;
+        let full = groups8 * 8 + (n - groups8 * 8) / 4 * 4;
         for (g, ys) in out.chunks_mut(4 * n).enumerate() {
             let (r0, nr) = (first + 4 * g, ys.len() / n);
+            for t8 in 0..groups8 {
+                let xt = &xt[t8 * cols * 8..][..cols * 8];
+                if nr == 4 {
+                    let acc = dots8x4([row(r0), row(r0 + 1), row(r0 + 2), row(r0 + 3)], xt);
+                    (0..4).for_each(|i| ys[i * n + 8 * t8..][..8].copy_from_slice(&acc[i]));
+                } else {
+                    (0..nr).for_each(|i| ys[i * n + 8 * t8..][..8].copy_from_slice(&dots8x4([row(r0 + i); 4], xt)[0]));
+                }
+            }
             for i in 0..nr {
-                for t in (0..full).step_by(4) {
+                for t in (groups8 * 8..full).step_by(4) {
                     let acc = dots4([row(r0 + i); 4], [tok(t), tok(t + 1), tok(t + 2), tok(t + 3)]);
                     ys[i * n + t..][..4].copy_from_slice(&acc);
                 }
@@ -408,6 +526,41 @@ fn matmul(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
         }
     }
     out
+}
+
+/// The dot products of 4 weight rows with 8 tokens, given transposed (`xt[k * 8 + j]` = token j's element
+/// k), each exactly as [`dot`] computes it (a multiply, then an add, in index order; no fused multiply-add).
+fn dots8x4(w: [&[f32]; 4], xt: &[f32]) -> [[f32; 8]; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has AVX (checked above).
+        return unsafe { dots8x4_avx(w, xt) };
+    }
+    dots8x4_plain(w, xt)
+}
+
+#[inline(always)]
+fn dots8x4_plain(w: [&[f32]; 4], xt: &[f32]) -> [[f32; 8]; 4] {
+    let len = w[0].len();
+    let (w, xt) = (w.map(|r| &r[..len]), &xt[..len * 8]);
+    let mut acc = [[0f32; 8]; 4];
+    for (k, xk) in xt.chunks_exact(8).enumerate() {
+        for i in 0..4 {
+            let wk = w[i][k];
+            for j in 0..8 {
+                acc[i][j] += wk * xk[j];
+            }
+        }
+    }
+    acc
+}
+
+/// [`dots8x4_plain`] compiled for AVX: a row's 8 lanes in one register (separate multiplies and adds, as
+/// Rust never contracts them into FMAs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn dots8x4_avx(w: [&[f32]; 4], xt: &[f32]) -> [[f32; 8]; 4] {
+    dots8x4_plain(w, xt)
 }
 
 #[cfg(test)]
@@ -534,6 +687,34 @@ mod tests {
     }
 
     #[test]
+    fn dropping_each_block_equals_skipping_it_and_leaves_the_dense_state() {
+        let g = tiny_gguf(true, |_| {});
+        let mut m = Interpreter::new(&g).unwrap();
+        m.forward(&[3, 1, 4]).unwrap();
+        let tokens = [1, 5, 9, 2, 6];
+        let (mut dense, mut dropped) = (m.clone(), m.clone());
+        let mut seen = vec![];
+        let f = dropped
+            .forward_dropping_each(&tokens, &mut |d| {
+                let (l, b) = (d.layer, d.block);
+                // the same bits as a pass that skips the block for every token
+                let mut skips = vec![[false; 2]; 2];
+                skips[l][b as usize] = true;
+                let want = m.clone().forward_skipping(&tokens, &skips).unwrap();
+                assert_eq!(d.logits, want.logits.concat().as_slice(), "layer {l} {b:?}");
+                assert_eq!(d.input.len(), tokens.len() * 8);
+                assert_eq!(d.dense_logits, m.clone().forward(&tokens).unwrap().logits.concat().as_slice());
+                seen.push((l, b));
+            })
+            .unwrap();
+        assert_eq!(seen, [(1, Block::Attention), (1, Block::Ffn)]);
+        // the dense pass's results, position and KV caches
+        assert_eq!(f, dense.forward(&tokens).unwrap());
+        assert_eq!(dropped.position(), dense.position());
+        assert_eq!(dropped.forward(&[7, 8]).unwrap(), dense.forward(&[7, 8]).unwrap());
+    }
+
+    #[test]
     fn bad_inputs_are_errors() {
         let g = tiny_gguf(true, |_| {});
         let mut m = Interpreter::new(&g).unwrap();
@@ -563,9 +744,10 @@ mod tests {
     fn matmul_is_independent_of_batch_and_threads() {
         let (rows, cols) = (303, 1000); // large enough to run on several threads; a partial group of rows
         let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-        let x: Vec<f32> = (0..7 * cols).map(|i| ((i * 104729) % 997) as f32 / 997.0 - 0.5).collect();
+        // 21 tokens: two groups of 8 (side by side in vector lanes), one of 4 (dots4), 1 left over
+        let x: Vec<f32> = (0..21 * cols).map(|i| ((i * 104729) % 997) as f32 / 997.0 - 0.5).collect();
         let batch = matmul(&w, rows, cols, &x);
-        for t in 0..7 {
+        for t in 0..21 {
             let one = matmul(&w, rows, cols, &x[t * cols..][..cols]);
             assert_eq!(&batch[t * rows..][..rows], &one[..]);
             let plain: Vec<f32> = (0..rows).map(|r| dot(&w[r * cols..][..cols], &x[t * cols..][..cols])).collect();

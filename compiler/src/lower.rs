@@ -146,8 +146,20 @@ pub struct SkipMeta {
     /// `[layer]`: the byte address of the layer's presence bytes (one per position), for layers whose
     /// attention is routed.
     pub presence_addr: Vec<Option<u64>>,
+    /// `[layer]`: the byte address of the layer's FFN decision bytes (one per position: 1 executed, 0
+    /// skipped), for layers whose FFN is routed.
+    #[serde(default)]
+    pub ffn_marks_addr: Vec<Option<u64>>,
     /// Bytes of all router operands in device memory.
     pub router_bytes: u64,
+    /// `[layer] = [attention, FFN]`: the device-memory bytes a routed block's skipped instructions move in a
+    /// one-token pass when it executes (weights, norm gains, the K/V append with its index entry and presence
+    /// byte): what each skip saves.
+    #[serde(default)]
+    pub block_bytes: Vec<[u64; 2]>,
+    /// Bytes of memory one history-buffer hit saves: one KV head's K and V rows of a position.
+    #[serde(default)]
+    pub history_hit_bytes: u64,
 }
 
 /// A compiled model: the container and its meta.
@@ -175,6 +187,10 @@ struct LayerAddrs {
     router: [Option<u64>; 2],
     /// The presence bytes of a layer whose attention is routed (the `kv_present` CSR).
     presence: Option<u64>,
+    /// The decision bytes of a layer whose FFN is routed: its `route` marks them through `kv_present` as
+    /// attention's marks the presence bytes (1 executed, 0 skipped), so the runtime can count each layer's
+    /// FFN skips.
+    ffn_marks: Option<u64>,
 }
 
 struct Layout {
@@ -348,6 +364,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             kv_index: None,
             router: [None, None],
             presence: None,
+            ffn_marks: None,
         });
     }
     let mut router_bytes = 0u64;
@@ -406,6 +423,11 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             let at = plan.place(&format!("presence{l}"), "kv", max_context as u64);
             la.presence = Some(at);
             bss.push((format!("presence{l}"), at, max_context as u64));
+        }
+        if la.router[Block::Ffn as usize].is_some() {
+            let at = plan.place(&format!("ffnmarks{l}"), "routers", max_context as u64);
+            la.ffn_marks = Some(at);
+            bss.push((format!("ffnmarks{l}"), at, max_context as u64));
         }
     }
     let trace_layer_bytes = (batch * e * 2) as u64;
@@ -471,7 +493,10 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         skipping: routers.map(|_| SkipMeta {
             routed: layout.layers.iter().map(|la| [la.router[0].is_some(), la.router[1].is_some()]).collect(),
             presence_addr: layout.layers.iter().map(|la| la.presence).collect(),
+            ffn_marks_addr: layout.layers.iter().map(|la| la.ffn_marks).collect(),
             router_bytes,
+            block_bytes: skipped_block_bytes(&programs[0], &layout),
+            history_hit_bytes: (hd * 2 * 2) as u64,
         }),
         kv_index,
     };
@@ -618,7 +643,8 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
     let indexed = lay.layers.iter().any(|la| la.kv_index.is_some());
     let row_lines = kv * 2 * if indexed { 2 } else { 1 } / LINE_BYTES as usize;
     p.push(Instr::Csrw { csr: Csr::KvStride, rs: r(0), imm: row_lines as u32 });
-    let tracked = lay.layers.iter().any(|la| la.presence.is_some());
+    // (the FFN's decision bytes are marked through the same CSR)
+    let tracked = lay.layers.iter().any(|la| la.presence.is_some() || la.ffn_marks.is_some());
     p.push(Instr::Csrw { csr: Csr::AttnScale, rs: r(0), imm: (1.0 / (hd as f32).sqrt()).to_bits() });
     // KV heads per `attn`: as many as the attention unit holds (dividing the KV heads), so that a layer's
     // attention pays the unit's chain of latencies (checks, memory, pipelines, `recip`) once per `attn`
@@ -708,7 +734,11 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         }
         blk.push(Instr::Vop { op: VecOp::SwiGlu, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::None, rows: n, dst: s.gate, a: s.gate, b: s.up, n: f as u32 });
         mm(&mut blk, la.w_down, s.x, s.gate, e, f, true, RedMode::Set, DType::F16);
-        route(&mut p, ffn_router, FFN_PRED, false, blk);
+        // the FFN's decision byte of this position, through `kv_present` (the next layer sets it again)
+        if let (Some(marks), true) = (la.ffn_marks, b == 1) {
+            p.push(Instr::Csrw { csr: Csr::KvPresent, rs: r(0), imm: line(marks) });
+        }
+        route(&mut p, ffn_router, FFN_PRED, b == 1 && la.ffn_marks.is_some(), blk);
         if let Some(trace) = lay.trace {
             let at = trace + l as u64 * lay.trace_layer_bytes;
             p.push(Instr::Store2d { spm: s.x, mem: line(at), row_bytes: (e * 2) as u32, rows: n, mem_stride: (e * 2 / LINE_BYTES as usize) as u32, spm_stride: words(x_row) });
@@ -764,6 +794,47 @@ pub fn static_bytes(program: &[Instr], pe_lanes: u32) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// `[layer] = [attention, FFN]`: the bytes the instructions under each routed block's `skip`s move when
+/// they run (see [`SkipMeta::block_bytes`]), from a one-token program: [`static_bytes`] of the matrix and
+/// load/store instructions, and each `kvappend`'s K and V rows (of the `attn_heads` KV heads), its row
+/// index entry (indexed layout) and its presence byte.
+fn skipped_block_bytes(program: &[Instr], lay: &Layout) -> Vec<[u64; 2]> {
+    let mut bytes = vec![[0u64; 2]; lay.layers.len()];
+    let (mut head_dim, mut heads, mut indexed, mut marks) = (0u64, 1u64, false, false);
+    // the block each predicate's latest `route` decided
+    let mut routed: [Option<(usize, usize)>; 8] = [None; 8];
+    let mut under: Vec<(usize, usize, u32)> = Vec::new();
+    for instr in program {
+        let moved = match *instr {
+            Instr::Kvappend { .. } => 2 * heads * head_dim * 2 + if indexed { 4 } else { 0 } + u64::from(marks),
+            _ => static_bytes(std::slice::from_ref(instr), lay.pe_lanes),
+        };
+        for (l, b, left) in under.iter_mut() {
+            bytes[*l][*b] += moved;
+            *left -= 1;
+        }
+        under.retain(|u| u.2 > 0);
+        match *instr {
+            Instr::Csrw { csr: Csr::HeadDim, imm, .. } => head_dim = u64::from(imm),
+            Instr::Csrw { csr: Csr::AttnHeads, imm, .. } => heads = u64::from(imm),
+            Instr::Csrw { csr: Csr::KvIndex, imm, .. } => indexed = imm != u32::MAX,
+            Instr::Csrw { csr: Csr::KvPresent, imm, .. } => marks = imm != u32::MAX,
+            Instr::Route { pd, w, .. } => {
+                routed[pd.0 as usize] = lay.layers.iter().enumerate().find_map(|(l, la)| {
+                    la.router.iter().position(|&r| r.is_some_and(|r| line(r) == w)).map(|b| (l, b))
+                });
+            }
+            Instr::Skip { pred, count } => {
+                if let Some((l, b)) = routed[pred.0 as usize] {
+                    under.push((l, b, count));
+                }
+            }
+            _ => {}
+        }
+    }
+    bytes
 }
 
 /// Instructions of a program by class (`SPECS[..].class`).

@@ -7,18 +7,23 @@
 
 use crate::tokenizer::Tokenizer;
 use anyhow::{Context, Result};
-use opu_compiler::calibrate::{calibrate, CalibrateOptions, Calibration};
+use opu_compiler::calibrate::{fit, measure_importance, CalibrateOptions, Calibration, Importance, Measured};
 use opu_compiler::gguf::Gguf;
 use opu_compiler::routers::Routers;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The last measurement of this process, by its key (the model, the text and the measuring settings): the
+/// rates of one `opu sweep-skip` share it, and only the fit differs.
+static MEASURED: Mutex<Option<(String, Arc<Measured>)>> = Mutex::new(None);
 
 /// The calibration text when none is given: the GNU GPL version 3, on every Debian machine.
 pub const DEFAULT_TEXT: &str = "/usr/share/common-licenses/GPL-3";
 
 /// Bump when the fit changes, so cached routers of an older fit are not reused.
-const FIT_VERSION: u32 = 1;
+const FIT_VERSION: u32 = 2;
 
 /// What to calibrate.
 #[derive(Clone, Debug)]
@@ -34,11 +39,30 @@ pub struct Spec {
     pub blocks: [bool; 2],
     /// One threshold per block at the same rate (else one pooled threshold).
     pub per_block: bool,
+    pub importance: Importance,
+    /// The ridge penalty per calibration token (`CalibrateOptions::ridge`).
+    pub ridge: f64,
 }
 
 impl Spec {
+    /// The default fit: the output-based importance on 1,024 tokens of the default text, in sequences of 64
+    /// (a dense prompt of 16, then 48 positions measured, as `opu eval --heldout` decodes them).
     pub fn new(rate: f64) -> Self {
-        Spec { rate, text: PathBuf::from(DEFAULT_TEXT), tokens: 2048, sequence: 512, blocks: [true; 2], per_block: false }
+        Spec { rate, text: PathBuf::from(DEFAULT_TEXT), tokens: 1024, sequence: 64, blocks: [true; 2], per_block: false, importance: Importance::OutputKl, ridge: CalibrateOptions::default().ridge }
+    }
+
+    /// The relative-update proxy: cheap, so 2,048 tokens in sequences of 512.
+    pub fn relative_update(rate: f64) -> Self {
+        Spec { tokens: 2048, sequence: 512, importance: Importance::RelativeUpdate, ..Spec::new(rate) }
+    }
+}
+
+/// Parses `--importance`: `output-kl` or `relative-update`.
+pub fn parse_importance(s: &str) -> Result<Importance, String> {
+    match s {
+        "output-kl" => Ok(Importance::OutputKl),
+        "relative-update" => Ok(Importance::RelativeUpdate),
+        other => Err(format!("`{other}`: expected `output-kl` or `relative-update`")),
     }
 }
 
@@ -96,9 +120,22 @@ fn sha256_file(path: &Path) -> Result<[u8; 32]> {
 pub fn routers_for(g: &Gguf, model_path: &Path, spec: &Spec, progress: &mut dyn FnMut(&str)) -> Result<Calibrated> {
     let text = std::fs::read_to_string(&spec.text).with_context(|| format!("calibration text {}: cannot read", spec.text.display()))?;
     let mut key = Sha256::new();
-    key.update(sha256_file(model_path)?);
+    let model_sha = sha256_file(model_path)?;
+    key.update(model_sha);
     key.update(text.as_bytes());
-    key.update(format!("v{FIT_VERSION} rate={} tokens={} sequence={} blocks={:?} per_block={}", spec.rate, spec.tokens, spec.sequence, spec.blocks, spec.per_block).as_bytes());
+    key.update(
+        format!(
+            "v{FIT_VERSION} rate={} tokens={} sequence={} blocks={:?} per_block={} importance={} ridge={}",
+            spec.rate,
+            spec.tokens,
+            spec.sequence,
+            spec.blocks,
+            spec.per_block,
+            spec.importance.name(),
+            spec.ridge
+        )
+        .as_bytes(),
+    );
     let key: String = key.finalize()[..12].iter().map(|b| format!("{b:02x}")).collect();
     let file = crate::cache::cache_dir()?.join("routers").join(format!("{key}.safetensors"));
     let cfg = opu_compiler::llama::LlamaConfig::from_gguf(g)?;
@@ -119,14 +156,35 @@ pub fn routers_for(g: &Gguf, model_path: &Path, spec: &Spec, progress: &mut dyn 
     let ids = &ids[..ids.len().min(spec.tokens)];
     let sequences: Vec<Vec<u32>> = ids.chunks(spec.sequence.max(1)).map(<[u32]>::to_vec).collect();
     progress(&format!(
-        "calibrating routers for a skip rate of {} on {} tokens of {} (the f32 interpreter; cached afterwards)",
+        "calibrating routers for a skip rate of {} on {} tokens of {} ({} importance, the f32 interpreter; cached afterwards)",
         spec.rate,
         ids.len(),
-        spec.text.display()
+        spec.text.display(),
+        spec.importance.name()
     ));
-    let mut interp = opu_compiler::interp::Interpreter::new(g)?;
-    let opts = CalibrateOptions { rate: spec.rate, blocks: spec.blocks, per_block: spec.per_block, ..CalibrateOptions::default() };
-    let cal: Calibration = calibrate(&mut interp, &sequences, &opts)?;
+    let opts = CalibrateOptions { rate: spec.rate, blocks: spec.blocks, per_block: spec.per_block, importance: spec.importance, ridge: spec.ridge, ..CalibrateOptions::default() };
+    let measured_key = {
+        let mut k = Sha256::new();
+        k.update(model_sha);
+        k.update(text.as_bytes());
+        k.update(format!("tokens={} sequence={} importance={}", spec.tokens, spec.sequence, spec.importance.name()).as_bytes());
+        k.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let cached = MEASURED.lock().expect("not poisoned").as_ref().filter(|(k, _)| *k == measured_key).map(|(_, m)| Arc::clone(m));
+    let measured = match cached {
+        Some(m) => m,
+        None => {
+            let mut interp = opu_compiler::interp::Interpreter::new(g)?;
+            let bar = indicatif::ProgressBar::new(sequences.len() as u64).with_style(
+                indicatif::ProgressStyle::with_template("{spinner} calibrating: sequence {pos}/{len} [{elapsed_precise}, {eta} left]").expect("a valid template"),
+            );
+            let m = Arc::new(measure_importance(&mut interp, &sequences, &opts, &mut |done| bar.set_position(done as u64))?);
+            bar.finish_and_clear();
+            *MEASURED.lock().expect("not poisoned") = Some((measured_key, Arc::clone(&m)));
+            m
+        }
+    };
+    let cal: Calibration = fit(&measured, &opts)?;
     let mut report = serde_json::to_value(&cal)?;
     report["text"] = serde_json::json!(spec.text.display().to_string());
     report["routed_blocks"] = serde_json::json!(cal.routers.count());

@@ -198,9 +198,19 @@ enum Command {
         /// Calibration text (default: /usr/share/common-licenses/GPL-3).
         #[arg(long)]
         text: Option<PathBuf>,
-        /// Tokens of the text used, from its start.
-        #[arg(long, default_value_t = 2048)]
-        tokens: usize,
+        /// Tokens of the text used, from its start (default: 1,024 with `output-kl`, 2,048 with
+        /// `relative-update`).
+        #[arg(long)]
+        tokens: Option<usize>,
+        /// What a block's importance for a token is measured as: `output-kl`, the KL of the output when the
+        /// block is skipped (one pass per block; minutes), or `relative-update`, ||update|| / ||x|| (a
+        /// cheap proxy, much worse routers; docs/skipping.md).
+        #[arg(long, default_value = "output-kl", value_parser = opu_host::calibration::parse_importance)]
+        importance: opu_compiler::calibrate::Importance,
+        /// Ridge penalty of the routers' fit, per calibration token, on standardized inputs: large values
+        /// shrink each router toward its block's mean importance (docs/skipping.md measures the choice).
+        #[arg(long, default_value_t = opu_compiler::calibrate::CalibrateOptions::default().ridge, value_parser = parse_ridge)]
+        ridge: f64,
         /// Which blocks may skip: `attn`, `ffn` or `attn,ffn` (the rate stays a share of all decisions).
         #[arg(long, default_value = "attn,ffn", value_parser = opu_host::calibration::parse_blocks)]
         blocks: [bool; 2],
@@ -218,7 +228,7 @@ enum Command {
         /// Tokens of the --check text used.
         #[arg(long, default_value_t = 512)]
         check_tokens: usize,
-        /// The calibration report as JSON (per block: mean relative update, fit R^2, skip rate).
+        /// The calibration report as JSON (per block: mean importance, fit R^2, skip rate).
         #[arg(long)]
         json: bool,
     },
@@ -442,6 +452,14 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("`{s}`: {e} (expected a decimal or 0x-hex number)"))
 }
 
+/// `--ridge`: a finite number > 0.
+fn parse_ridge(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("`{s}`: expected a ridge penalty, a finite number > 0")),
+    }
+}
+
 fn parse_u32(s: &str) -> Result<u32, String> {
     let v = parse_u64(s)?;
     u32::try_from(v).map_err(|_| format!("`{s}` does not fit 32 bits"))
@@ -598,14 +616,15 @@ fn run(cli: Cli) -> Result<()> {
                     if let Some(rate) = s["realised_skip_rate"].as_f64() {
                         let pct = |k: &str| s[k].as_f64().map_or("-".to_string(), |r| format!("{:.1}%", 100.0 * r));
                         println!(
-                            "-- skipping: {:.1}% of {} block decisions (attention {}, FFN {}); history hit rate {}; KV storage saved {} ({} layout)",
+                            "-- skipping: {:.1}% of {} block decisions (attention {}, FFN {}); history hit rate {}; KV storage saved {} ({} layout); {:.2} MB moved per decoded token saved",
                             100.0 * rate,
                             s["decisions"],
                             pct("attention_skip_rate"),
                             pct("ffn_skip_rate"),
                             s["history_hit_rate"].as_f64().map_or("-".to_string(), |r| format!("{r:.3}")),
                             pct("kv_saved_fraction"),
-                            s["kv_layout"].as_str().unwrap_or("dense")
+                            s["kv_layout"].as_str().unwrap_or("dense"),
+                            s["bytes_per_token_saved"].as_f64().unwrap_or(0.0) / 1e6
                         );
                     }
                     // the RTL counts cycles; the functional simulator estimates them
@@ -936,11 +955,15 @@ fn run(cli: Cli) -> Result<()> {
                 println!("(teacher-forced on {} against the dense program; wrote {} and {})", opts.heldout_text.display(), json_path.display(), png_path.display());
             }
         }
-        Command::Calibrate { model, skip, text, tokens, blocks, per_block, output, check, check_tokens, json } => {
+        Command::Calibrate { model, skip, text, tokens, importance, ridge, blocks, per_block, output, check, check_tokens, json } => {
             let path = cache::resolve_model(model.as_deref(), json)?;
             let g = opu_compiler::gguf::Gguf::open(&path)?;
-            let mut spec = opu_host::calibration::Spec::new(skip);
-            spec.tokens = tokens;
+            let mut spec = match importance {
+                opu_compiler::calibrate::Importance::OutputKl => opu_host::calibration::Spec::new(skip),
+                opu_compiler::calibrate::Importance::RelativeUpdate => opu_host::calibration::Spec::relative_update(skip),
+            };
+            spec.tokens = tokens.unwrap_or(spec.tokens);
+            spec.ridge = ridge;
             spec.blocks = blocks;
             spec.per_block = per_block;
             if let Some(t) = text {
@@ -989,13 +1012,17 @@ fn run(cli: Cli) -> Result<()> {
                     r["tokens"],
                     100.0 * skip
                 );
-                println!("  {:>5} {:<5} {:>14} {:>8} {:>10}", "layer", "block", "mean |dx|/|x|", "fit R^2", "skip rate");
+                let mean = match importance {
+                    opu_compiler::calibrate::Importance::OutputKl => "mean KL",
+                    opu_compiler::calibrate::Importance::RelativeUpdate => "mean |dx|/|x|",
+                };
+                println!("  {:>5} {:<5} {:>14} {:>8} {:>10}", "layer", "block", mean, "fit R^2", "skip rate");
                 for b in r["blocks"].as_array().into_iter().flatten() {
                     println!(
                         "  {:>5} {:<5} {:>14.4} {:>8.3} {:>10.3}",
                         b["layer"],
                         b["block"].as_str().unwrap_or(""),
-                        b["mean_relative_update"].as_f64().unwrap_or(f64::NAN),
+                        b["mean_importance"].as_f64().unwrap_or(f64::NAN),
                         b["r2"].as_f64().unwrap_or(f64::NAN),
                         b["skip_rate"].as_f64().unwrap_or(f64::NAN)
                     );

@@ -66,6 +66,8 @@ pub struct SimBackend {
     /// `[layer]`: attention blocks the one-token passes skipped since the last reset (read back from the
     /// presence bytes after each pass; programs with routers).
     attention_skipped: Vec<u64>,
+    /// The same for the FFN blocks, from their decision bytes.
+    ffn_skipped: Vec<u64>,
     /// The pool rows of the indexed KV layout (programs compiled with it).
     kv_rows: Option<KvRows>,
     /// The device's bytes per memory channel at the last reset, where it counts them (the RTL's memory).
@@ -118,6 +120,7 @@ impl SimBackend {
             regions,
             bytes_by_kind: Default::default(),
             attention_skipped: vec![0; n_layer],
+            ffn_skipped: vec![0; n_layer],
             kv_rows: compiled.meta.kv_index.clone().map(KvRows::new),
             meta: compiled.meta,
             channel_base: dev.channel_bytes(),
@@ -181,6 +184,14 @@ impl SimBackend {
                         self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
                         self.attention_skipped[l] += u64::from(b[0] == 0);
                         executed[l] = b[0] != 0;
+                    }
+                }
+                // and its FFN decisions (the FFN routes' decision bytes)
+                for (l, at) in skipping.ffn_marks_addr.iter().enumerate() {
+                    if let Some(at) = at {
+                        let mut b = [0u8];
+                        self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
+                        self.ffn_skipped[l] += u64::from(b[0] == 0);
                     }
                 }
             }
@@ -272,6 +283,16 @@ impl SimBackend {
         let rate = |n: u64, d: u64| if d == 0 { serde_json::Value::Null } else { (n as f64 / d as f64).into() };
         let c = &self.counters;
         let kv = self.kv_storage();
+        // per decoded token: the bytes moved, and what the skipped blocks' instructions and the history hits
+        // would have moved had every block executed
+        let d = &self.decode_counters;
+        let per = |x: f64| if passes == 0 { serde_json::Value::Null } else { (x / passes as f64).into() };
+        let block_bytes = |l: usize, b: usize| s.block_bytes.get(l).map_or(0, |bb| bb[b]);
+        let saved: u64 = (0..s.routed.len())
+            .map(|l| self.attention_skipped[l] * block_bytes(l, 0) + self.ffn_skipped[l] * block_bytes(l, 1))
+            .sum::<u64>()
+            + d.kv_history_hits * s.history_hit_bytes;
+        let moved = d.bytes_read + d.bytes_written;
         serde_json::json!({
             "routed_attention_blocks": n_attn,
             "routed_ffn_blocks": n_ffn,
@@ -281,6 +302,11 @@ impl SimBackend {
             "attention_skip_rate": rate(attn_skipped, passes * blocks),
             "ffn_skip_rate": rate(skipped.saturating_sub(attn_skipped), passes * blocks),
             "attention_skip_rate_per_layer": s.routed.iter().zip(&self.attention_skipped).map(|(r, &n)| if r[0] { rate(n, passes) } else { serde_json::Value::Null }).collect::<Vec<_>>(),
+            "ffn_skip_rate_per_layer": s.routed.iter().zip(&self.ffn_skipped).map(|(r, &n)| if r[1] { rate(n, passes) } else { serde_json::Value::Null }).collect::<Vec<_>>(),
+            "bytes_per_token": per(moved as f64),
+            "bytes_per_token_saved": per(saved as f64),
+            "bytes_per_token_all_executed": per((moved + saved) as f64),
+            "cycles_per_token": per(d.cycles as f64),
             "history_hit_rate": rate(c.kv_history_hits, c.kv_history_hits + c.kv_history_misses),
             "router_bytes": s.router_bytes,
             "kv_layout": if self.kv_rows.is_some() { "indexed" } else { "dense" },
@@ -313,6 +339,7 @@ impl Backend for SimBackend {
         self.decode_passes = 0;
         self.decode_cycles_by_mnemonic.clear();
         self.attention_skipped.iter_mut().for_each(|n| *n = 0);
+        self.ffn_skipped.iter_mut().for_each(|n| *n = 0);
         if let Some(rows) = &mut self.kv_rows {
             rows.reset();
         }

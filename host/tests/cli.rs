@@ -387,7 +387,9 @@ fn calibrate_and_compile_with_skip() {
     let rate = v["calibration_rate"].as_f64().unwrap();
     assert!((rate - 0.3).abs() < 0.02, "{v}");
     assert_eq!(v["blocks"].as_array().unwrap().len(), 2 * 29);
-    assert!(v["tokens"].as_u64().unwrap() > 150, "{v}");
+    // the positions measured: each sequence of 64 after its dense prompt of 16
+    assert!(v["tokens"].as_u64().unwrap() > 100, "{v}");
+    assert_eq!(v["importance"], "output-kl", "{v}");
     let positions = v["check"]["positions"].as_u64().unwrap();
     let agree = v["check"]["top1_agreement"].as_f64().unwrap();
     assert!(positions > 30 && (0.0..=1.0).contains(&agree) && v["check"]["mean_kl"].as_f64().unwrap() > 0.0, "{v}");

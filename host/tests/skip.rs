@@ -79,6 +79,16 @@ fn follow_the_interpreter(attn_layers: &[usize]) {
     routers.layers[2][Block::Ffn as usize] = Some(Router::constant(m.n_embd, true));
     routers.layers[3][Block::Ffn as usize] = Some(Router::constant(m.n_embd, false));
     let config = OverlayConfig::sim();
+    // the same routed blocks, every decision execute: what the skipped blocks would have moved
+    let mut never = Routers::none(m.n_layer, m.n_embd);
+    for l in 1..m.n_layer {
+        for b in Block::ALL {
+            if routers.get(l, b).is_some() {
+                never.layers[l][b as usize] = Some(Router::constant(m.n_embd, false));
+            }
+        }
+    }
+    let mut sim_never = SimBackend::open(&g, &config, &with_routers(never), 1).unwrap();
     let mut sim = SimBackend::open(&g, &config, &with_routers(routers.clone()), 1).unwrap();
     let indexed = CompileOptions { kv_layout: KvLayout::Indexed { pool_rows: None }, ..with_routers(routers) };
     let mut sim_indexed = SimBackend::open(&g, &config, &indexed, 1).unwrap();
@@ -90,6 +100,7 @@ fn follow_the_interpreter(attn_layers: &[usize]) {
     // the prompt executes every block (prefill) in both
     let prompt: Vec<u32> = (0..16).map(|i| (i * 37 + 5) % 96).collect();
     let a = sim.forward(&prompt, true).unwrap();
+    sim_never.forward(&prompt, true).unwrap();
     assert_eq!(bits(&a), bits(&sim_indexed.forward(&prompt, true).unwrap()), "prefill, indexed KV layout");
     interp.forward(&prompt).unwrap();
     dense.forward(&prompt).unwrap();
@@ -102,6 +113,7 @@ fn follow_the_interpreter(attn_layers: &[usize]) {
         let token = tokens[step];
         let logits = sim.forward(&[token], false).unwrap().remove(0);
         let logits_indexed = sim_indexed.forward(&[token], false).unwrap().remove(0);
+        sim_never.forward(&[token], false).unwrap();
         assert_eq!(bits(&[logits.clone()]), bits(&[logits_indexed]), "step {step}: the indexed KV layout");
         // the decisions the overlay took at this position, from its presence bytes
         let mut skips = vec![[false, false]; m.n_layer];
@@ -117,7 +129,7 @@ fn follow_the_interpreter(attn_layers: &[usize]) {
             }
         }
         skips[2][1] = true;
-        let want = interp.forward_skipping(token, &skips).unwrap().logits.remove(0);
+        let want = interp.forward_skipping(&[token], &skips).unwrap().logits.remove(0);
         let plain = dense.forward(&[token]).unwrap().logits.remove(0);
         scale = scale.max(want.iter().fold(0.0f32, |a, v| a.max(v.abs())));
         worst = worst.max(max_abs_diff(&logits, &want));
@@ -150,6 +162,17 @@ fn follow_the_interpreter(attn_layers: &[usize]) {
     let per_layer: Vec<Option<f64>> = f["attention_skip_rate_per_layer"].as_array().unwrap().iter().map(|v| v.as_f64()).collect();
     let want: Vec<Option<f64>> = skipped_attn.iter().enumerate().map(|(l, &n)| attn_layers.contains(&l).then(|| n as f64 / 24.0)).collect();
     assert_eq!(per_layer, want);
+    // the FFN decision bytes: layer 2's FFN always skipped, layer 3's never, layer 1's has no router
+    let per_layer: Vec<Option<f64>> = f["ffn_skip_rate_per_layer"].as_array().unwrap().iter().map(|v| v.as_f64()).collect();
+    assert_eq!(per_layer, [None, None, Some(1.0), Some(0.0)]);
+    // the bytes saved per decoded token are exactly what the same program with every block executed moves
+    // more (its skipped instructions, and the K/V reads the history hits served), on the same tokens
+    let all = sim_never.stats().unwrap();
+    assert_eq!(all["skip"]["skipped_blocks"].as_u64(), Some(0));
+    let moved = |s: &serde_json::Value| s["skip"]["bytes_per_token"].as_f64().unwrap();
+    assert!(f["bytes_per_token_saved"].as_f64().unwrap() > 0.0);
+    assert_eq!(f["bytes_per_token_all_executed"].as_f64().unwrap(), moved(&all), "saved {}", f["bytes_per_token_saved"]);
+    assert_eq!(moved(&stats) + f["bytes_per_token_saved"].as_f64().unwrap(), moved(&all));
 
     // KV storage: the dense layout holds a row per layer and position; the indexed one only the rows of
     // the attention blocks that executed, so it saves exactly the skipped attention decisions
@@ -193,17 +216,22 @@ fn sequences(count: usize, len: usize, seed: u32) -> Vec<Vec<u32>> {
 
 #[test]
 fn calibration_hits_its_target_rate_and_a_zero_rate_routes_nothing() {
-    use opu_compiler::calibrate::{calibrate, measure_skipping, CalibrateOptions};
+    use opu_compiler::calibrate::{calibrate, measure_skipping, CalibrateOptions, Importance};
     let (m, g) = tiny4();
     let mut interp = Interpreter::new(&g).unwrap();
     let fit = sequences(6, 40, 0);
-    let decisions = 6 * (40 - 4) * 2 * (m.n_layer - 1);
-    for (rate, blocks, per_block) in [(0.25, [true, true], false), (0.4, [true, true], false), (0.25, [false, true], false), (0.3, [true, true], true)] {
-        let opts = CalibrateOptions { rate, blocks, per_block, ..Default::default() };
+    let cases = [(0.25, [true, true], false), (0.4, [true, true], false), (0.25, [false, true], false), (0.3, [true, true], true)];
+    for ((rate, blocks, per_block), importance) in cases.into_iter().flat_map(|c| [(c, Importance::OutputKl), (c, Importance::RelativeUpdate)]) {
+        // (one threshold per block splits each block's tokens by the fit's variation within the block, which a
+        // strong ridge shrinks to almost nothing: these use a light one)
+        let ridge = if per_block { 1.0 } else { CalibrateOptions::default().ridge };
+        let opts = CalibrateOptions { rate, blocks, per_block, importance, ridge, ..Default::default() };
         let cal = calibrate(&mut interp, &fit, &opts).unwrap();
-        assert_eq!(cal.tokens * 2 * (m.n_layer - 1), decisions);
+        // the measured positions: after the dense prompt (output KL), after the first 4 (relative update)
+        let first = if importance == Importance::OutputKl { opts.prompt } else { opts.skip_first };
+        assert_eq!(cal.tokens, 6 * (40 - first));
         // the routers' own FP16 decisions on the calibration tokens, against the target
-        assert!((cal.calibration_rate - rate).abs() < 0.03, "rate {rate} {blocks:?}: {}", cal.calibration_rate);
+        assert!((cal.calibration_rate - rate).abs() < 0.03, "rate {rate} {blocks:?} {importance:?}: {}", cal.calibration_rate);
         let mean: f64 = cal.blocks.iter().map(|b| b.skip_rate).sum::<f64>() / cal.blocks.len() as f64;
         assert!((mean - cal.calibration_rate).abs() < 1e-9);
         if !blocks[0] {
@@ -218,6 +246,32 @@ fn calibration_hits_its_target_rate_and_a_zero_rate_routes_nothing() {
         assert_eq!(q.positions, 3 * (32 - 8 - 1));
         assert!((q.realised_rate - rate).abs() < 0.15, "held-out rate {} for {rate}", q.realised_rate);
         assert!(q.mean_kl > 0.0 && q.top1_agreement < 1.0 + 1e-12);
+    }
+    // the output importance of a block is the mean KL of the sequences' measured positions when the block is
+    // skipped for all of them (recomputed here with forward_skipping)
+    {
+        use opu_compiler::calibrate::{kl_divergence, log_softmax};
+        let cal = calibrate(&mut interp, &fit, &CalibrateOptions { rate: 0.25, ..Default::default() }).unwrap();
+        for (l, b) in [(1, Block::Ffn), (3, Block::Attention)] {
+            let mut skips = vec![[false; 2]; m.n_layer];
+            skips[l][b as usize] = true;
+            let (mut sum, mut n) = (0f64, 0usize);
+            for seq in &fit {
+                let mut dense = interp.clone();
+                dense.reset();
+                dense.forward(&seq[..16]).unwrap();
+                let mut dropped = dense.clone();
+                let want = dense.forward(&seq[16..]).unwrap().logits;
+                let got = dropped.forward_skipping(&seq[16..], &skips).unwrap().logits;
+                for (w, g) in want.iter().zip(&got) {
+                    sum += kl_divergence(&log_softmax(w), &log_softmax(g));
+                    n += 1;
+                }
+            }
+            let fit_b = cal.blocks.iter().find(|f| f.layer == l && f.block == b.name()).unwrap();
+            assert!((fit_b.mean_importance - sum / n as f64).abs() < 1e-9 * (1.0 + sum / n as f64), "{fit_b:?} against {}", sum / n as f64);
+            assert!(fit_b.mean_importance > 0.0);
+        }
     }
     // rate 0: no block is routed, and the routed float model is the dense one
     let cal = calibrate(&mut interp, &fit, &CalibrateOptions { rate: 0.0, ..Default::default() }).unwrap();
