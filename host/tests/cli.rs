@@ -224,19 +224,19 @@ fn compile_and_run_with_routers() {
     };
     let (routed, plain) = (by_class(&prog, 0), by_class(&dense, 0));
     let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
-    // decode: layer 1's two blocks, a route and a skip each, one more skip around the o-projection, and per
-    // layer the kv_present CSR (layer 0's: all present) and the kv_index CSR (the indexed KV layout, the
-    // default with routers)
+    // decode: layer 1's two blocks, a route and a skip each, one more skip around the o-projection, per layer
+    // the kv_present CSR (layer 0's: all present) and the kv_index CSR (the indexed KV layout, the default
+    // with routers), and kv_present once more for layer 1's FFN decision bytes
     assert_eq!(n(&routed, "control"), n(&plain, "control") + 3, "{routed} vs {plain}");
     assert_eq!(n(&routed, "matrix"), n(&plain, "matrix") + 2, "{routed} vs {plain}");
-    assert_eq!(n(&routed, "scalar"), n(&plain, "scalar") + 4, "{routed} vs {plain}");
+    assert_eq!(n(&routed, "scalar"), n(&plain, "scalar") + 5, "{routed} vs {plain}");
     // prefill executes every block: only the CSRs
     let (routed, plain) = (by_class(&prog, 1), by_class(&dense, 1));
     assert_eq!((n(&routed, "control"), n(&routed, "matrix"), n(&routed, "scalar")), (n(&plain, "control"), n(&plain, "matrix"), n(&plain, "scalar") + 4));
     // the dense KV layout: the kv_present CSRs alone
     let dense_kv = tmp("tiny-rd.opu");
     assert!(opu(&["compile", s(&model), "--routers", s(&routers), "--kv-layout", "dense", "-o", s(&dense_kv)]).status.success());
-    assert_eq!(n(&by_class(&dense_kv, 0), "scalar"), n(&by_class(&dense, 0), "scalar") + 2);
+    assert_eq!(n(&by_class(&dense_kv, 0), "scalar"), n(&by_class(&dense, 0), "scalar") + 3);
     let out = opu(&["compile", s(&model), "--routers", s(&routers), "--kv-layout", "dense", "--kv-pool-rows", "8", "-o", s(&dense_kv)]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--kv-pool-rows sizes the indexed KV layout"));
 
