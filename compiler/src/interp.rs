@@ -478,8 +478,9 @@ fn matmul(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     let xt: Vec<f32> = (0..groups8)
         .flat_map(|g| (0..cols).flat_map(move |k| (0..8).map(move |j| x[(8 * g + j) * cols + k])))
         .collect();
-    // Four dot products at a time (four independent accumulators, each in index order): four tokens against
-    // one weight row, and for the tokens left over, one token against four weight rows.
+    // Per group of four weight rows: each group of 8 tokens against the four rows at once (`dots8x4`); the
+    // tokens after the last full group of 8 four at a time against one row (`dots4`), and those left over
+    // one at a time against the four rows. Every dot accumulates in index order on its own.
     let work = |first: usize, out: &mut [f32]| {
         let full = groups8 * 8 + (n - groups8 * 8) / 4 * 4;
         for (g, ys) in out.chunks_mut(4 * n).enumerate() {
@@ -490,6 +491,7 @@ fn matmul(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
                     let acc = dots8x4([row(r0), row(r0 + 1), row(r0 + 2), row(r0 + 3)], xt);
                     (0..4).for_each(|i| ys[i * n + 8 * t8..][..8].copy_from_slice(&acc[i]));
                 } else {
+                    // the last rows (fewer than 4): a row at a time (the kernel's other three lanes wasted)
                     (0..nr).for_each(|i| ys[i * n + 8 * t8..][..8].copy_from_slice(&dots8x4([row(r0 + i); 4], xt)[0]));
                 }
             }
