@@ -142,23 +142,15 @@ pub struct Measured {
     samples: Vec<[Samples; 2]>,
 }
 
-/// Fits routers on `sequences` (token ids; each runs from position 0) with the model `interp` runs.
+/// Fits routers on `sequences` (token ids; each runs from position 0) with the model `interp` runs
+/// ([`measure_importance`], then [`fit`]).
 pub fn calibrate(interp: &mut Interpreter, sequences: &[Vec<u32>], opts: &CalibrateOptions) -> Result<Calibration, CalibrateError> {
-    calibrate_with_progress(interp, sequences, opts, &mut |_| {})
+    check_options(opts)?;
+    fit(&measure_importance(interp, sequences, opts, &mut |_| {})?, opts)
 }
 
-/// [`calibrate`], calling `progress` with the number of sequences measured after each.
-pub fn calibrate_with_progress(
-    interp: &mut Interpreter,
-    sequences: &[Vec<u32>],
-    opts: &CalibrateOptions,
-    progress: &mut dyn FnMut(usize),
-) -> Result<Calibration, CalibrateError> {
-    check_rates(opts)?;
-    fit(&measure_importance(interp, sequences, opts, progress)?, opts)
-}
-
-fn check_rates(opts: &CalibrateOptions) -> Result<(), CalibrateError> {
+/// The rate and the ridge.
+fn check_options(opts: &CalibrateOptions) -> Result<(), CalibrateError> {
     if !(0.0..1.0).contains(&opts.rate) {
         return Err(CalibrateError::Input(format!("skip rate {}: expected a value in [0, 1)", opts.rate)));
     }
@@ -245,7 +237,7 @@ pub fn measure_importance(
 /// Steps 2 to 4: routers fitted to `measured` for `opts`' rate (its importance and measuring options are
 /// `measured`'s).
 pub fn fit(measured: &Measured, opts: &CalibrateOptions) -> Result<Calibration, CalibrateError> {
-    check_rates(opts)?;
+    check_options(opts)?;
     let Measured { hidden, tokens, ref samples, .. } = *measured;
     let n_layer = samples.len();
     // Fit every block, then pool the predictions for one threshold.

@@ -204,7 +204,7 @@ enum Command {
         tokens: Option<usize>,
         /// What a block's importance for a token is measured as: `output-kl`, the KL of the output when the
         /// block is skipped (one pass per block; minutes), or `relative-update`, ||update|| / ||x|| (a
-        /// cheap proxy, much worse routers; docs/skipping.md).
+        /// proxy: seconds, somewhat worse routers; docs/skipping.md measures both).
         #[arg(long, default_value = "output-kl", value_parser = opu_host::calibration::parse_importance)]
         importance: opu_compiler::calibrate::Importance,
         /// Ridge penalty of the routers' fit, per calibration token, on standardized inputs: large values
