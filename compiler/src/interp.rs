@@ -36,6 +36,15 @@ pub struct BlockUpdate<'a> {
     pub update: &'a [f32],
 }
 
+/// `[value]`: the index of the last node that reads it (0 for none).
+fn last_uses(graph: &Graph) -> Vec<usize> {
+    let mut last_use = vec![0usize; graph.value_count()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        node.inputs.iter().for_each(|v| last_use[v.index()] = i);
+    }
+    last_use
+}
+
 /// The computed value `id` of a pass.
 fn value(values: &[Option<Vec<f32>>], id: crate::ir::ValueId) -> &[f32] {
     values[id.index()].as_deref().expect("kept and computed")
@@ -194,10 +203,7 @@ impl Interpreter {
                 (c.k[self.pos * kv..].to_vec(), c.v[self.pos * kv..].to_vec())
             })
             .collect();
-        let mut last_use = vec![0usize; dense.len()];
-        for (i, node) in graph.nodes.iter().enumerate() {
-            node.inputs.iter().for_each(|v| last_use[v.index()] = i);
-        }
+        let last_use = last_uses(&graph);
         for (l, b) in (1..graph.layer_outputs.len()).flat_map(|l| Block::ALL.map(|b| (l, b))) {
             let Some(first) = graph.nodes.iter().position(|nd| nd.layer == Some(l) && nd.block == Some(b)) else { continue };
             // the values the nodes from `first` on read that are defined before it
@@ -288,10 +294,7 @@ impl Interpreter {
         let mut keep = vec![!free; count];
         keep[graph.output.index()] = true;
         graph.layer_outputs.iter().for_each(|v| keep[v.index()] = true);
-        let mut last_use = vec![0usize; count];
-        for (i, node) in graph.nodes.iter().enumerate() {
-            node.inputs.iter().for_each(|v| last_use[v.index()] = i);
-        }
+        let last_use = last_uses(&graph);
         let token_input = graph.inputs[0].value;
         // each block's decision, taken at its first node (its RMSNorm, whose input is the block's input)
         let mut decided: Vec<[Option<bool>; 2]> = vec![[None; 2]; graph.layer_outputs.len()];

@@ -63,11 +63,9 @@ pub struct SimBackend {
     regions: Vec<opu_hw::container::Region>,
     /// Device-memory bytes (read, written) per region kind since the last reset.
     pub bytes_by_kind: std::collections::BTreeMap<String, (u64, u64)>,
-    /// `[layer]`: attention blocks the one-token passes skipped since the last reset (read back from the
-    /// presence bytes after each pass; programs with routers).
-    attention_skipped: Vec<u64>,
-    /// The same for the FFN blocks, from their decision bytes.
-    ffn_skipped: Vec<u64>,
+    /// `[layer] = [attention, FFN]`: the blocks the one-token passes skipped since the last reset (read back
+    /// from the presence and FFN decision bytes after each pass; programs with routers).
+    skipped_per_layer: Vec<[u64; 2]>,
     /// The pool rows of the indexed KV layout (programs compiled with it).
     kv_rows: Option<KvRows>,
     /// The device's bytes per memory channel at the last reset, where it counts them (the RTL's memory).
@@ -119,8 +117,7 @@ impl SimBackend {
             region_kinds,
             regions,
             bytes_by_kind: Default::default(),
-            attention_skipped: vec![0; n_layer],
-            ffn_skipped: vec![0; n_layer],
+            skipped_per_layer: vec![[0; 2]; n_layer],
             kv_rows: compiled.meta.kv_index.clone().map(KvRows::new),
             meta: compiled.meta,
             channel_base: dev.channel_bytes(),
@@ -175,28 +172,25 @@ impl SimBackend {
         if entry == 0 {
             self.decode_counters.add(&run);
             self.decode_passes += 1;
-            // this position's attention decisions: its presence byte of every routed layer (0 = skipped)
-            let mut executed = vec![true; self.meta.n_layer];
+            // this position's decisions: its presence byte (attention) and FFN decision byte of every routed
+            // layer (0 = skipped)
+            let mut attention_ran = vec![true; self.meta.n_layer];
             if let Some(skipping) = &self.meta.skipping {
-                for (l, at) in skipping.presence_addr.iter().enumerate() {
-                    if let Some(at) = at {
-                        let mut b = [0u8];
-                        self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
-                        self.attention_skipped[l] += u64::from(b[0] == 0);
-                        executed[l] = b[0] != 0;
-                    }
-                }
-                // and its FFN decisions (the FFN routes' decision bytes)
-                for (l, at) in skipping.ffn_marks_addr.iter().enumerate() {
-                    if let Some(at) = at {
-                        let mut b = [0u8];
-                        self.dev.device().mem_read(at + self.pos as u64, &mut b)?;
-                        self.ffn_skipped[l] += u64::from(b[0] == 0);
+                for (b, addrs) in [&skipping.presence_addr, &skipping.ffn_marks_addr].into_iter().enumerate() {
+                    for (l, at) in addrs.iter().enumerate() {
+                        if let Some(at) = at {
+                            let mut byte = [0u8];
+                            self.dev.device().mem_read(at + self.pos as u64, &mut byte)?;
+                            self.skipped_per_layer[l][b] += u64::from(byte[0] == 0);
+                            if b == 0 {
+                                attention_ran[l] = byte[0] != 0;
+                            }
+                        }
                     }
                 }
             }
             if let Some(rows) = &mut self.kv_rows {
-                rows.after_single_pass(&executed);
+                rows.after_single_pass(&attention_ran);
             }
         }
         if let ProgramDevice::Func(f) = &mut self.dev {
@@ -279,20 +273,20 @@ impl SimBackend {
         // `--skip RATE` counts them
         let blocks = s.routed.len().saturating_sub(1) as u64;
         let skipped = self.decode_counters.skipped_blocks;
-        let attn_skipped: u64 = self.attention_skipped.iter().sum();
+        let attn_skipped: u64 = self.skipped_per_layer.iter().map(|s| s[0]).sum();
         let rate = |n: u64, d: u64| if d == 0 { serde_json::Value::Null } else { (n as f64 / d as f64).into() };
         let c = &self.counters;
         let kv = self.kv_storage();
         // per decoded token: the bytes moved, and what the skipped blocks' instructions and the history hits
         // would have moved had every block executed
         let d = &self.decode_counters;
-        let per = |x: f64| if passes == 0 { serde_json::Value::Null } else { (x / passes as f64).into() };
-        let block_bytes = |l: usize, b: usize| s.block_bytes.get(l).map_or(0, |bb| bb[b]);
-        let saved: u64 = (0..s.routed.len())
-            .map(|l| self.attention_skipped[l] * block_bytes(l, 0) + self.ffn_skipped[l] * block_bytes(l, 1))
-            .sum::<u64>()
+        let saved: u64 = self.skipped_per_layer.iter().zip(&s.block_bytes).map(|(n, bytes)| n[0] * bytes[0] + n[1] * bytes[1]).sum::<u64>()
             + d.kv_history_hits * s.history_hit_bytes;
         let moved = d.bytes_read + d.bytes_written;
+        // each routed block's share of the passes it skipped (null where the block has no router)
+        let per_layer = |b: usize| -> Vec<serde_json::Value> {
+            s.routed.iter().zip(&self.skipped_per_layer).map(|(r, n)| if r[b] { rate(n[b], passes) } else { serde_json::Value::Null }).collect()
+        };
         serde_json::json!({
             "routed_attention_blocks": n_attn,
             "routed_ffn_blocks": n_ffn,
@@ -301,12 +295,12 @@ impl SimBackend {
             "realised_skip_rate": rate(skipped, passes * 2 * blocks),
             "attention_skip_rate": rate(attn_skipped, passes * blocks),
             "ffn_skip_rate": rate(skipped.saturating_sub(attn_skipped), passes * blocks),
-            "attention_skip_rate_per_layer": s.routed.iter().zip(&self.attention_skipped).map(|(r, &n)| if r[0] { rate(n, passes) } else { serde_json::Value::Null }).collect::<Vec<_>>(),
-            "ffn_skip_rate_per_layer": s.routed.iter().zip(&self.ffn_skipped).map(|(r, &n)| if r[1] { rate(n, passes) } else { serde_json::Value::Null }).collect::<Vec<_>>(),
-            "bytes_per_token": per(moved as f64),
-            "bytes_per_token_saved": per(saved as f64),
-            "bytes_per_token_all_executed": per((moved + saved) as f64),
-            "cycles_per_token": per(d.cycles as f64),
+            "attention_skip_rate_per_layer": per_layer(0),
+            "ffn_skip_rate_per_layer": per_layer(1),
+            "bytes_per_token": rate(moved, passes),
+            "bytes_per_token_saved": rate(saved, passes),
+            "bytes_per_token_all_executed": rate(moved + saved, passes),
+            "cycles_per_token": rate(d.cycles, passes),
             "history_hit_rate": rate(c.kv_history_hits, c.kv_history_hits + c.kv_history_misses),
             "router_bytes": s.router_bytes,
             "kv_layout": if self.kv_rows.is_some() { "indexed" } else { "dense" },
@@ -338,8 +332,7 @@ impl Backend for SimBackend {
         self.decode_counters = Counters::default();
         self.decode_passes = 0;
         self.decode_cycles_by_mnemonic.clear();
-        self.attention_skipped.iter_mut().for_each(|n| *n = 0);
-        self.ffn_skipped.iter_mut().for_each(|n| *n = 0);
+        self.skipped_per_layer.iter_mut().for_each(|n| *n = [0; 2]);
         if let Some(rows) = &mut self.kv_rows {
             rows.reset();
         }
