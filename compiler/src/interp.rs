@@ -36,6 +36,9 @@ pub struct BlockUpdate<'a> {
     pub update: &'a [f32],
 }
 
+/// Decides whether a block is skipped: `(layer, block, the block's input rows) -> skip`.
+type Decide<'a> = &'a mut dyn FnMut(usize, Block, &[f32]) -> bool;
+
 /// `[value]`: the index of the last node that reads it (0 for none).
 fn last_uses(graph: &Graph) -> Vec<usize> {
     let mut last_use = vec![0usize; graph.value_count()];
@@ -252,7 +255,7 @@ impl Interpreter {
     fn run(
         &mut self,
         tokens: &[u32],
-        skips: Option<&mut dyn FnMut(usize, Block, &[f32]) -> bool>,
+        skips: Option<Decide<'_>>,
         observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
     ) -> Result<Forward, ModelError> {
         self.check(tokens)?;
@@ -280,7 +283,7 @@ impl Interpreter {
         tokens: &[u32],
         start: usize,
         values: &mut [Option<Vec<f32>>],
-        mut skips: Option<&mut dyn FnMut(usize, Block, &[f32]) -> bool>,
+        mut skips: Option<Decide<'_>>,
         mut observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
         free: bool,
     ) {
