@@ -233,6 +233,12 @@ pub fn round_fixed(v: i128, lsb_exp: i32, fmt: &FloatFormat) -> u64 {
 /// The rounding of a nonzero magnitude `mag * 2^lsb_exp` (`round_fixed` without the sign), in the integer
 /// type `$t` of `$bits` bits; `None` when the step to round at is `2^$bits` or coarser (a wider type
 /// decides it; the widest returns 0: the value is below half of the step).
+///
+/// The kept bits and the exponent are added as one bit pattern: a normal number's kept bits carry the
+/// hidden bit, which adds one to the exponent field less one (`q - emin + p - 1`), and a rounding that carries out
+/// of the significand (or out of the subnormals) moves into the exponent field as IEEE's encoding does;
+/// a pattern at or past infinity's is infinity. Without data-dependent branches where the magnitude is
+/// rounded (the common case), which matters: a matmul rounds every output.
 macro_rules! round_mag {
     ($name:ident, $t:ty, $bits:expr, $coarse:expr) => {
         #[inline(always)]
@@ -241,34 +247,25 @@ macro_rules! round_mag {
             let msb = $bits - 1 - mag.leading_zeros() as i32;
             let lead_exp = msb + lsb_exp;
             // Exponent of the last kept bit: normal numbers keep `p` bits, subnormals stop at emin - (p - 1).
-            let mut q = lead_exp.max(fmt.emin) - (p - 1);
+            let q = lead_exp.max(fmt.emin) - (p - 1);
             let shift = q - lsb_exp;
-            let mut m: $t = if shift <= 0 {
-                // mag < 2^(msb + 1) and -shift <= p - 1 - msb: the result is below 2^p
-                mag << -shift
+            let kept = if shift <= 0 {
+                // mag < 2^(msb + 1) and -shift <= p - 1 - msb: the result is below 2^p, exact
+                (mag << -shift) as u64
             } else if shift >= $bits {
                 return $coarse;
             } else {
+                // round to nearest, ties to even: up when the first dropped bit is set and either a later
+                // dropped bit or the last kept bit is
                 let kept = mag >> shift;
-                let rem = mag & ((1 << shift) - 1);
-                let half: $t = 1 << (shift - 1);
-                if rem > half || (rem == half && kept & 1 == 1) {
-                    kept + 1
-                } else {
-                    kept
-                }
+                let round = (mag >> (shift - 1)) & 1;
+                let sticky = (mag & ((1 << (shift - 1)) - 1) != 0) as $t;
+                (kept + (round & (sticky | kept))) as u64
             };
-            if m == 1 << p {
-                m >>= 1;
-                q += 1;
-            }
-            let hidden: $t = 1 << (p - 1);
-            let exp_field = if m >= hidden { q + (p - 1) + fmt.bias } else { 0 };
-            if m >= hidden && q + (p - 1) > fmt.emax {
-                let inf = ((1u64 << (fmt.width - 1 - (p as u32 - 1))) - 1) << (p - 1);
-                return Some(inf);
-            }
-            Some((exp_field as u64) << (p - 1) | (m & (hidden - 1)) as u64)
+            // the exponent field less one (0 for subnormals: q = emin - (p - 1)), then the kept bits
+            let below = (q - fmt.emin + p - 1) as u64;
+            let inf = ((1u64 << (fmt.width - p as u32)) - 1) << (p - 1);
+            Some(((below << (p - 1)) + kept).min(inf))
         }
     };
 }
@@ -312,7 +309,13 @@ mod tests {
         for i in 0..400_000u32 {
             // Values up to 2^52 units so that f64 holds them exactly, spread over every magnitude.
             let bits = rng.gen_range(0..53);
-            let v: i128 = (rng.gen::<u64>() >> (64 - bits.max(1))) as i128 * if i % 2 == 0 { 1 } else { -1 };
+            let mut m = rng.gen::<u64>() >> (64 - bits.max(1));
+            if i % 4 < 2 && bits > 1 {
+                // a tie at a random bit, or (every other time) one unit above it
+                let k = rng.gen_range(1..bits);
+                m = (m >> k << k) | (1 << (k - 1)) | u64::from(i % 4 == 1);
+            }
+            let v: i128 = m as i128 * if i % 2 == 0 { 1 } else { -1 };
             let exact = v as f64 * 2f64.powi(-32);
             let acc = WideAcc { fixed: v, nonfinite: false };
             assert_eq!(acc.to_f16(), nearest_f16(exact), "v={v}");

@@ -14,6 +14,9 @@
 //!    floored onto the grid on its own, summed through an i64 partial (`acc::TermSum`); with AVX2 four blocks
 //!    at a time in i64 lanes (`avx2::accumulate_row`), equal to the scalar path (tested at its bounds).
 //!
+//! Several tokens (a prefill pass) take [`tiles`]: four rows prepared once for every token, their `S_q`
+//! and terms side by side in the lanes.
+//!
 //! The F16 format goes through `dot::accumulate_row` unchanged. Rows are independent and each is an exact
 //! sum, so splitting rows over threads gives the same bits for any thread count.
 
@@ -25,6 +28,9 @@ use opu_hw::weight_layout::WeightLayout;
 use super::threads::Threads;
 use opu_hw::numerics::acc::TermSum;
 use opu_hw::numerics::dot::accumulate_block_sums;
+
+#[cfg(target_arch = "x86_64")]
+mod tiles;
 
 /// One token's input vector, aligned for the PE array.
 pub(crate) struct AlignedActs {
@@ -220,72 +226,6 @@ mod avx2 {
         accumulate_row_with(fmt, row, acts, sq, acc, |b, at, n| scales4(p.add(b * bb), bb, at, n))
     }
 
-    /// [`accumulate_row`] with the scales of a row decoded once for every token ([`RowPrep`]).
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn accumulate_row_prepped(prep: &RowPrep, row: &[u8], acts: &AlignedActs, sq: &[i32], acc: &mut WideAcc) {
-        assert!(prep.scales.len() == 2 * acts.blocks().div_ceil(4));
-        let sc = prep.scales.as_ptr();
-        let load = |v: &[i64; 4]| _mm256_loadu_si256(v.as_ptr() as *const __m256i);
-        // the last group's missing lanes were prepared as zero scales
-        accumulate_row_with(prep.fmt, row, acts, sq, acc, |b, at, _| {
-            // group b / 4, `d` (at 0) or `m` (at 2)
-            let s = &*sc.add(2 * (b / 4) + at / 2);
-            (load(&s.sig), load(&s.exp), load(&s.nonfinite))
-        })
-    }
-
-    /// Four blocks' decoded scales, as [`scales4`] gives them.
-    #[derive(Clone, Copy, Default)]
-    pub(super) struct Scales4 {
-        sig: [i64; 4],
-        exp: [i64; 4],
-        nonfinite: [i64; 4],
-    }
-
-    /// A weight row prepared once for every token of a `matmul` (prefill): each group of four blocks'
-    /// scales decoded ([`scales4`], `d` then `m` of W4Min; W4 and W8 leave `m` unused; the last group's
-    /// missing blocks as zero scales) and each block's integers unpacked to i16 (what [`block_vec`]
-    /// unpacks).
-    pub(super) struct RowPrep {
-        fmt: WeightFormat,
-        scales: Vec<Scales4>,
-        q: Vec<[i16; 32]>,
-    }
-
-    impl RowPrep {
-        pub fn new(fmt: WeightFormat) -> Self {
-            RowPrep { fmt, scales: Vec::new(), q: Vec::new() }
-        }
-
-        /// Prepares `row` (whole blocks of the format).
-        #[target_feature(enable = "avx2")]
-        pub unsafe fn fill(&mut self, row: &[u8]) {
-            let (fmt, bb) = (self.fmt, self.fmt.block_bytes());
-            let nb = row.len() / bb;
-            let p = row.as_ptr();
-            self.scales.clear();
-            for g in 0..nb.div_ceil(4) {
-                for at in [0, 2] {
-                    let mut s = Scales4::default();
-                    if at == 0 || fmt == WeightFormat::W4Min {
-                        let (sig, exp, nf) = scales4(p.add(4 * g * bb), bb, at, (nb - 4 * g).min(4));
-                        _mm256_storeu_si256(s.sig.as_mut_ptr() as *mut __m256i, sig);
-                        _mm256_storeu_si256(s.exp.as_mut_ptr() as *mut __m256i, exp);
-                        _mm256_storeu_si256(s.nonfinite.as_mut_ptr() as *mut __m256i, nf);
-                    }
-                    self.scales.push(s);
-                }
-            }
-            self.q.resize(nb, [0; 32]);
-            let qs = p.add(qs_offset(fmt));
-            for (b, q) in self.q.iter_mut().enumerate() {
-                let (q0, q1) = block_weights(fmt, qs.add(b * bb));
-                _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, q0);
-                _mm256_storeu_si256(q.as_mut_ptr().add(16) as *mut __m256i, q1);
-            }
-        }
-    }
-
     /// The epilogue of [`accumulate_row`], its scales from `scales(b, at, n)` (the `n` blocks from `b`, `d`
     /// at 0 or `m` at 2: what [`scales4`] gives).
     // (AVX2 here rather than `inline(always)`, so that the closures inside compile for it too)
@@ -382,12 +322,6 @@ mod avx2 {
         products(q0, q1, a)
     }
 
-    /// [`block_vec`] of a block unpacked by [`RowPrep::fill`].
-    #[inline(always)]
-    unsafe fn block_vec_unpacked(q: &[i16; 32], a: *const i16) -> __m256i {
-        products(_mm256_loadu_si256(q.as_ptr() as *const __m256i), _mm256_loadu_si256(q.as_ptr().add(16) as *const __m256i), a)
-    }
-
     /// i16 x i16 products summed in pairs: exact in i32 (|a| <= 32752, |q| <= 128).
     #[inline(always)]
     unsafe fn products(q0: __m256i, q1: __m256i, a: *const i16) -> __m256i {
@@ -398,7 +332,7 @@ mod avx2 {
 
     /// A block's 32 integers as i16, weights 0..16 and 16..32.
     #[inline(always)]
-    unsafe fn block_weights(fmt: WeightFormat, qs: *const u8) -> (__m256i, __m256i) {
+    pub(super) unsafe fn block_weights(fmt: WeightFormat, qs: *const u8) -> (__m256i, __m256i) {
         match fmt {
             WeightFormat::W8 => (
                 _mm256_cvtepi8_epi16(_mm_loadu_si128(qs as *const __m128i)),
@@ -422,7 +356,7 @@ mod avx2 {
 
     /// The totals of 8 vectors, in order.
     #[inline(always)]
-    unsafe fn hsum8(v: &[__m256i; 8]) -> __m256i {
+    pub(super) unsafe fn hsum8(v: &[__m256i; 8]) -> __m256i {
         let s01 = _mm256_hadd_epi32(v[0], v[1]);
         let s23 = _mm256_hadd_epi32(v[2], v[3]);
         let s45 = _mm256_hadd_epi32(v[4], v[5]);
@@ -439,14 +373,6 @@ mod avx2 {
         let bb = fmt.block_bytes();
         let qs = row.as_ptr().add(qs_offset(fmt));
         row_sums_with(acts, sq, |b, a| block_vec(fmt, qs.add(b * bb), a))
-    }
-
-    /// [`row_sums`] of a row unpacked by [`RowPrep::fill`].
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn row_sums_prepped(prep: &RowPrep, acts: &[[i16; BLOCK]], sq: &mut [i32]) {
-        assert!(prep.q.len() == acts.len());
-        let q = prep.q.as_ptr();
-        row_sums_with(acts, sq, |b, a| block_vec_unpacked(&*q.add(b), a))
     }
 
     #[inline(always)]
@@ -574,9 +500,11 @@ impl Kernel {
         let rows = job.rows;
         let mut out = vec![0u32; rows * ntok];
         // A few chunks per thread balance the load; rows are independent, so any split is exact. Whole row
-        // groups: a thread gathers each group it computes once (`RowReader`).
+        // groups: a thread gathers each group it computes once (`RowReader`); and whole tiles of four rows
+        // (`tiles`, several tokens).
         let group = job.layout.map_or(1, |l| l.group_rows() as usize);
-        let chunk = rows.div_ceil(self.threads * 4).max(8).next_multiple_of(group);
+        let align = if group % 4 == 0 { group } else { group * 4 };
+        let chunk = rows.div_ceil(self.threads * 4).max(8).next_multiple_of(align);
         self.for_each_chunk(&mut out, chunk * ntok, |first, o| self.rows(job, first / ntok, o));
         out
     }
@@ -598,32 +526,9 @@ impl Kernel {
 #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 unsafe fn rows_avx2(job: &MatmulJob, first: usize, out: &mut [u32]) {
     if job.raw.len() > 1 && job.fmt != WeightFormat::F16 {
-        rows_avx2_prepped(job, first, out)
+        tiles::rows(job, first, out)
     } else {
         rows_impl(Simd::Avx2, job, first, out)
-    }
-}
-
-/// [`rows_impl`] for several tokens (prefill) with AVX2: each row's integers unpacked and its scales
-/// decoded once for all the tokens (`avx2::RowPrep`), the same sums and epilogue per token.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
-unsafe fn rows_avx2_prepped(job: &MatmulJob, first: usize, out: &mut [u32]) {
-    let ntok = job.raw.len();
-    let mut sq = vec![0i32; job.acts.first().map_or(0, AlignedActs::blocks)];
-    let mut prep = avx2::RowPrep::new(job.fmt);
-    let mut reader = RowReader::new(job);
-    for (i, o) in out.chunks_exact_mut(ntok).enumerate() {
-        let r = first + i;
-        let row = reader.row(job, r);
-        prep.fill(row);
-        for (t, o) in o.iter_mut().enumerate() {
-            let mut acc = job.init.map_or(WideAcc::ZERO, |init| init[r * ntok + t]);
-            let a = &job.acts[t];
-            avx2::row_sums_prepped(&prep, &a.mant, &mut sq);
-            avx2::accumulate_row_prepped(&prep, row, a, &sq, &mut acc);
-            *o = store_bits(job.out, &acc);
-        }
     }
 }
 
@@ -685,7 +590,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// FP16 bits of every kind: normal, subnormal, zero, large, and (rarely) infinite or NaN.
-    fn any_f16(rng: &mut impl Rng) -> u16 {
+    pub(crate) fn any_f16(rng: &mut impl Rng) -> u16 {
         match rng.gen_range(0..100) {
             0 => 0x7C00 | (rng.gen::<u16>() & 0x83FF), // inf or NaN, either sign
             1..=5 => rng.gen::<u16>() & 0x83FF,        // subnormal or zero
@@ -694,7 +599,7 @@ mod tests {
         }
     }
 
-    fn random_block(rng: &mut impl Rng, fmt: WeightFormat) -> Vec<u8> {
+    pub(crate) fn random_block(rng: &mut impl Rng, fmt: WeightFormat) -> Vec<u8> {
         let mut blk: Vec<u8> = (0..fmt.block_bytes()).map(|_| rng.gen()).collect();
         let d = any_f16(rng);
         blk[0..2].copy_from_slice(&d.to_le_bytes());
@@ -704,7 +609,7 @@ mod tests {
         blk
     }
 
-    fn random_acts(rng: &mut impl Rng) -> Vec<u16> {
+    pub(crate) fn random_acts(rng: &mut impl Rng) -> Vec<u16> {
         // Mostly one magnitude range per block, sometimes everything at once (outliers, specials).
         let wild = rng.gen_bool(0.3);
         let e = rng.gen_range(1u16..30);
