@@ -126,7 +126,8 @@ enum Command {
         #[arg(long, default_value_t = 32)]
         decode_tokens: usize,
         /// Also decode at a long context: a prompt of N tokens, then the same decode steps (their speed,
-        /// and its slowdown against the decode after --prompt-tokens).
+        /// and its slowdown: the median step there over the median step after --prompt-tokens, the two
+        /// interleaved).
         #[arg(long)]
         context: Option<usize>,
         /// One JSON array, a row per backend and config: tokens/s per phase, MACs/s, peak resident memory,
@@ -776,11 +777,34 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 let gen = session.generate(&prompt_ids, &params, |_| {})?;
                 let stats = session.backend_stats();
+                let peak_rss = opu_host::bench::peak_rss_bytes();
+                // The long context: a prompt of n tokens; then its decode steps interleaved, step by step, with
+                // those of a second session of the backend after the short prompt, so that both see the
+                // machine's load alike (their slowdown is the ratio of the median steps).
                 let long = match context {
-                    Some(n) => Some(session.generate(&prompt(n), &params, |_| {})?),
+                    Some(n) => {
+                        let long = session.generate(&prompt(n), &GenerateParams { max_tokens: 1, ..params.clone() }, |_| {})?;
+                        let mut short = ModelArgs {
+                            backend: backend.to_string(),
+                            model: model.model.clone(),
+                            threads: model.threads,
+                            config: config.to_string(),
+                            routers: if backend == "reference" { None } else { model.routers.clone() },
+                            skip: if backend == "reference" { SkipArgs::default() } else { model.skip.clone() },
+                            kv: model.kv.clone(),
+                        }.open(true, Some(1))?;
+                        // (the long session is at position n: its one sampled token needed no pass)
+                        short.prefill(&prompt_ids)?;
+                        let (mut at_long, mut at_short) = (Vec::new(), Vec::new());
+                        for i in 0..decode_tokens {
+                            let id = seed_ids[i % seed_ids.len()];
+                            at_long.push(session.timed_step(id)?);
+                            at_short.push(short.timed_step(id)?);
+                        }
+                        Some((long.prefill_tokens_per_second(), at_long, at_short))
+                    }
                     None => None,
                 };
-                let peak_rss = opu_host::bench::peak_rss_bytes();
                 let compile = stats.as_ref().and_then(|s| s["compile_seconds"].as_f64());
                 // MACs per decoded token where the backend counts them (the overlay's counters)
                 let macs = stats.as_ref().and_then(|s| s["per_token"]["macs"].as_f64());
@@ -814,12 +838,18 @@ fn run(cli: Cli) -> Result<()> {
                     "peak_rss_bytes": peak_rss,
                     "compile_seconds": compile,
                 });
-                if let (Some(n), Some(l)) = (context, &long) {
+                if let (Some(n), Some((prefill, at_long, at_short))) = (context, &long) {
+                    let median = |s: &[f64]| {
+                        let mut s = s.to_vec();
+                        s.sort_by(f64::total_cmp);
+                        s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+                    };
                     row["context"] = n.into();
-                    row["context_prefill_tokens_per_second"] = l.prefill_tokens_per_second().into();
-                    row["context_decode_tokens_per_second"] = l.tokens_per_second().into();
-                    // how much slower a decode step is at position `n` than after the short prompt
-                    row["context_slowdown"] = (gen.tokens_per_second() / l.tokens_per_second().max(1e-9)).into();
+                    row["context_prefill_tokens_per_second"] = (*prefill).into();
+                    row["context_decode_tokens_per_second"] = (at_long.len() as f64 / at_long.iter().sum::<f64>().max(1e-9)).into();
+                    // how much slower a decode step is at position `n` than after the short prompt: the median
+                    // steps of the two, interleaved
+                    row["context_slowdown"] = (median(at_long) / median(at_short).max(1e-12)).into();
                 }
                 rows.push(row);
             }
@@ -860,7 +890,7 @@ fn run(cli: Cli) -> Result<()> {
                             r["context_slowdown"].as_f64().unwrap_or(0.0),
                         );
                     }
-                    println!("(a prompt of {n} tokens, then {decode_tokens} one-token steps; slowdown: decode after {prompt_tokens} prompt tokens over decode here)");
+                    println!("(a prompt of {n} tokens, then {decode_tokens} one-token steps; slowdown: the median decode step here over the median one after {prompt_tokens} prompt tokens, in a second session, the steps of the two interleaved)");
                 }
                 if rows.iter().any(|r| !r["overlay"].is_null()) {
                     println!();

@@ -141,6 +141,26 @@ impl Session {
         &self.end_tokens
     }
 
+    /// Feeds `ids` from position 0 (for timing one-token passes after it: [`timed_step`](Self::timed_step)).
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<()> {
+        if ids.is_empty() {
+            bail!("the prompt is empty: there is nothing to continue");
+        }
+        self.backend.reset();
+        self.backend.forward(ids, false)?;
+        Ok(())
+    }
+
+    /// One one-token pass of `id` at the next position; its seconds.
+    pub fn timed_step(&mut self, id: u32) -> Result<f64> {
+        if self.backend.position() >= self.backend.context_length() {
+            bail!("the context is full ({} positions)", self.backend.context_length());
+        }
+        let t = Instant::now();
+        self.backend.forward(&[id], false)?;
+        Ok(t.elapsed().as_secs_f64())
+    }
+
     /// Generates from `prompt_ids`, calling `on_text` with each newly decoded piece of text.
     pub fn generate(&mut self, prompt_ids: &[u32], params: &GenerateParams, mut on_text: impl FnMut(&str)) -> Result<Generation> {
         if prompt_ids.is_empty() {

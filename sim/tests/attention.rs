@@ -290,6 +290,121 @@ fn history_is_refreshed_by_every_run() {
     assert_eq!(&sim.history(1).0[..HD], &ks[1][..]);
 }
 
+/// The simulator defers a refresh's copy until the slot is read (`history_refresh`): rows written after
+/// the refresh by the host or by `kvappend` or a `store`, and a slot the host writes, leave the slot as the
+/// refresh made it, and the next refresh replaces it, as the history and the outputs of a later layer that
+/// reads the slots show.
+#[test]
+fn a_refresh_sees_every_write_to_the_rows_and_the_slots() {
+    let mut r = rng(26);
+    let mut sim = sim();
+    let len = 4usize;
+    let gen = |r: &mut rand::rngs::StdRng| -> Vec<Vec<u16>> { (0..len).map(|_| small_f16s(r, HD, 2.0)).collect() };
+    let (mut ks, mut vs) = (gen(&mut r), gen(&mut r));
+    put_kv(&mut sim, 0x2000, 0x3000, &ks, &vs);
+    let q: Vec<Vec<u16>> = (0..GROUP).map(|_| small_f16s(&mut r, HD, 2.0)).collect();
+    spm_put(&mut sim, 0, &f16_bytes(&q.concat()));
+    let scale = 0.5f32;
+    // the layer that refreshes every slot, then one that reads positions 1 and 2 from their slots only
+    let attn = |extra: &str| {
+        format!(
+            "csrw csr=head_dim rs=r0 imm={HD}
+             csrw csr=kv_stride rs=r0 imm=1
+             csrw csr=attn_scale rs=r0 imm={:#x}
+             seti rd=r1 imm={len}
+             {extra}
+             attn group={GROUP} kvh={KVH} len=r1 dst=0x100 q=0 k=0x2000 v=0x3000
+             csrw csr=kv_present rs=r0 imm={PRESENCE}
+             attn group={GROUP} kvh={KVH} len=r1 dst=0x200 q=0 k=0x5000 v=0x6000
+             end",
+            scale.to_bits()
+        )
+    };
+    mem_put(&mut sim, PRESENCE, &[1, 0, 0, 1]);
+    let (k1, v1) = (gen(&mut r), gen(&mut r));
+    put_kv(&mut sim, 0x5000, 0x6000, &k1, &v1);
+    let check = |sim: &mut opu_sim::FuncSim, ks: &[Vec<u16>], vs: &[Vec<u16>], what: &str| {
+        assert_eq!(to_f16s(&spm_get(sim, 0x100, 2 * GROUP * HD)), expected(&q, ks, vs, scale), "{what}: layer 0");
+        let pick = |t: usize, a: &[Vec<u16>], b: &[Vec<u16>]| if t == 1 || t == 2 { a[t].clone() } else { b[t].clone() };
+        let k_eff: Vec<Vec<u16>> = (0..len).map(|t| pick(t, ks, &k1)).collect();
+        let v_eff: Vec<Vec<u16>> = (0..len).map(|t| pick(t, vs, &v1)).collect();
+        assert_eq!(to_f16s(&spm_get(sim, 0x200, 2 * GROUP * HD)), expected(&q, &k_eff, &v_eff, scale), "{what}: layer 1");
+        for t in [1, 2] {
+            assert_eq!(&sim.history(t).0[KVH * HD..(KVH + 1) * HD], &ks[t][..], "{what}: slot {t}");
+        }
+    };
+    run_ok(&mut sim, &attn(""), &[]);
+    check(&mut sim, &ks, &vs, "first run");
+    run_ok(&mut sim, &attn(""), &[]);
+    check(&mut sim, &ks, &vs, "the same rows again");
+    // the host writes position 1's K row
+    ks[1] = small_f16s(&mut r, HD, 2.0);
+    mem_put(&mut sim, 0x2001, &f16_bytes(&ks[1]));
+    run_ok(&mut sim, &attn(""), &[]);
+    check(&mut sim, &ks, &vs, "a host write");
+    // kvappend writes position 2's K and V rows before the layer reads them
+    ks[2] = small_f16s(&mut r, HD, 2.0);
+    vs[2] = small_f16s(&mut r, HD, 2.0);
+    spm_put(&mut sim, 0x300, &f16_bytes(&ks[2]));
+    spm_put(&mut sim, 0x340, &f16_bytes(&vs[2]));
+    run_ok(&mut sim, &attn("seti rd=r2 imm=2\nkvappend pos=r2 ksrc=0x300 vsrc=0x340 k=0x2000 v=0x3000"), &[]);
+    check(&mut sim, &ks, &vs, "kvappend");
+    // the host scribbles on slot 1: the next refresh copies the rows again
+    sim.history_mut(1).0.fill(0x3C00);
+    run_ok(&mut sim, &attn(""), &[]);
+    check(&mut sim, &ks, &vs, "a host write into the slot");
+}
+
+/// A slot holds the rows as they were at its refresh, even where they are written before the slot is read:
+/// by `kvappend` and `store` between the refreshing layer and the layer that reads the slot, and by the host
+/// after the run.
+#[test]
+fn a_slot_keeps_the_rows_of_its_refresh_when_they_are_written_later() {
+    let mut r = rng(27);
+    let mut sim = sim();
+    let len = 4usize;
+    let gen = |r: &mut rand::rngs::StdRng| -> Vec<Vec<u16>> { (0..len).map(|_| small_f16s(r, HD, 2.0)).collect() };
+    let (k0, v0, k1, v1) = (gen(&mut r), gen(&mut r), gen(&mut r), gen(&mut r));
+    put_kv(&mut sim, 0x2000, 0x3000, &k0, &v0);
+    put_kv(&mut sim, 0x5000, 0x6000, &k1, &v1);
+    let q: Vec<Vec<u16>> = (0..GROUP).map(|_| small_f16s(&mut r, HD, 2.0)).collect();
+    spm_put(&mut sim, 0, &f16_bytes(&q.concat()));
+    // new rows for positions 3 (kvappend) and 2 (store), written after layer 0 refreshed their slots
+    let (k_new, v_new, k_st) = (small_f16s(&mut r, HD, 2.0), small_f16s(&mut r, HD, 2.0), small_f16s(&mut r, HD, 2.0));
+    spm_put(&mut sim, 0x300, &f16_bytes(&k_new));
+    spm_put(&mut sim, 0x340, &f16_bytes(&v_new));
+    spm_put(&mut sim, 0x380, &f16_bytes(&k_st));
+    mem_put(&mut sim, PRESENCE, &[1, 1, 0, 0]);
+    let scale = 0.5f32;
+    let text = format!(
+        "csrw csr=head_dim rs=r0 imm={HD}
+         csrw csr=kv_stride rs=r0 imm=1
+         csrw csr=attn_scale rs=r0 imm={:#x}
+         seti rd=r1 imm={len}
+         attn group={GROUP} kvh={KVH} len=r1 dst=0x100 q=0 k=0x2000 v=0x3000
+         seti rd=r2 imm=3
+         kvappend pos=r2 ksrc=0x300 vsrc=0x340 k=0x2000 v=0x3000
+         store spm=0x380 mem=0x2002 bytes={} idx=r0 stride=0
+         csrw csr=kv_present rs=r0 imm={PRESENCE}
+         attn group={GROUP} kvh={KVH} len=r1 dst=0x200 q=0 k=0x5000 v=0x6000
+         end",
+        scale.to_bits(),
+        2 * HD
+    );
+    run_ok(&mut sim, &text, &[]);
+    // layer 1 reads positions 2 and 3 from their slots: layer 0's rows as they were at its refresh
+    let k_eff = vec![k1[0].clone(), k1[1].clone(), k0[2].clone(), k0[3].clone()];
+    let v_eff = vec![v1[0].clone(), v1[1].clone(), v0[2].clone(), v0[3].clone()];
+    assert_eq!(to_f16s(&spm_get(&sim, 0x200, 2 * GROUP * HD)), expected(&q, &k_eff, &v_eff, scale));
+    // slots 0 and 1 were refreshed by layer 1; the host now writes those rows: the slots keep the old ones
+    mem_put(&mut sim, 0x5000, &f16_bytes(&k_new));
+    mem_put(&mut sim, 0x6001, &f16_bytes(&v_new));
+    for t in 0..len {
+        let (hk, hv) = sim.history(t);
+        assert_eq!((&hk[KVH * HD..(KVH + 1) * HD], &hv[KVH * HD..(KVH + 1) * HD]), (&k_eff[t][..], &v_eff[t][..]), "slot {t}");
+    }
+}
+
 /// More positions than the simulator gathers at a time, on 1 and 2 threads; positions beyond the history
 /// slots (2048) are read from memory and have no slot to refresh.
 #[test]

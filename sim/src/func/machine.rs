@@ -10,6 +10,7 @@ use opu_hw::OverlayConfig;
 
 use super::cost::{CostModel, LoaderLead, Work};
 use super::kernel::Kernel;
+use super::history_refresh::{HistoryRefresh, Pending};
 use super::rowcache::RowCache;
 use super::stats::{Counters, RegionTable};
 
@@ -129,6 +130,8 @@ pub(crate) struct Machine {
     /// KV history buffer, K and V: `hist_slots` rows of `hist_width` FP16.
     pub hist_k: Vec<u16>,
     pub hist_v: Vec<u16>,
+    /// Refreshes of history slots not yet copied (`history_refresh`).
+    pub hist_refresh: HistoryRefresh,
 
     pub r: [u32; NUM_REGS],
     pub p: [bool; NUM_PREDS],
@@ -163,6 +166,7 @@ impl Machine {
             spm: vec![0u8; config.scratchpad_bytes as usize],
             hist_k: vec![0u16; hist],
             hist_v: vec![0u16; hist],
+            hist_refresh: HistoryRefresh::new(mem_bytes, config.kv_history_slots as usize, config.kv_history_width as usize),
             r: [0; NUM_REGS],
             p: [false; NUM_PREDS],
             red: [WideAcc::ZERO; NUM_RED],
@@ -221,8 +225,39 @@ impl Machine {
         self.regions.record(r.start as u64, n, false);
     }
 
+    /// Copies a deferred history refresh into its slot.
+    pub fn copy_refresh(&mut self, p: Pending) {
+        let at = p.slot * self.hist_width as usize + p.offset;
+        copy_f16s(&mut self.hist_k[at..at + p.k.len() / 2], &self.mem[p.k]);
+        copy_f16s(&mut self.hist_v[at..at + p.v.len() / 2], &self.mem[p.v]);
+    }
+
+    /// Copies every deferred history refresh.
+    pub fn copy_all_refreshes(&mut self) {
+        for p in self.hist_refresh.take_all() {
+            self.copy_refresh(p);
+        }
+    }
+
+    /// Copies the deferred refreshes of history slot `t`.
+    pub fn copy_slot_refreshes(&mut self, t: usize) {
+        for p in self.hist_refresh.take_slot(t) {
+            self.copy_refresh(p);
+        }
+    }
+
+    /// To be called before device memory `r` is written: copies the deferred history refreshes first if the
+    /// write would change their rows.
+    pub fn before_write(&mut self, r: &Range<usize>) {
+        if self.hist_refresh.conflicts(r) {
+            self.copy_all_refreshes();
+        }
+    }
+
     /// Counts a device-memory write (BYTES_WRITTEN and its region).
     pub fn note_write(&mut self, r: &Range<usize>) {
+        // a write site that did not call `before_write` would have changed a deferred refresh's rows
+        assert!(!self.hist_refresh.conflicts(r), "device memory written under a deferred history refresh");
         let n = (r.end - r.start) as u64;
         self.work.bytes_written += n;
         self.work.mem_lines_written += lines_touched(r);
@@ -233,6 +268,13 @@ impl Machine {
     /// FP16 elements (little-endian) of the scratchpad.
     pub fn spm_f16s(&self, start: usize, n: usize) -> Vec<u16> {
         f16s(&self.spm[start..start + 2 * n])
+    }
+}
+
+/// Little-endian FP16 bytes into FP16 bits.
+pub(crate) fn copy_f16s(dst: &mut [u16], src: &[u8]) {
+    for (d, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *d = u16::from_le_bytes([b[0], b[1]]);
     }
 }
 

@@ -153,6 +153,7 @@ impl Device for FuncSim {
 
     fn mem_write(&mut self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
         check_range(addr, data.len() as u64, self.mem_size())?;
+        self.machine.before_write(&(addr as usize..addr as usize + data.len()));
         self.machine.mem[addr as usize..addr as usize + data.len()].copy_from_slice(data);
         self.machine.row_cache.written(&(addr as usize..addr as usize + data.len()));
         Ok(())

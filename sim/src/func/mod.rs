@@ -18,6 +18,7 @@ mod kernel;
 mod machine;
 mod mmio;
 mod program;
+mod history_refresh;
 mod rowcache;
 mod score;
 mod stats;
@@ -131,13 +132,16 @@ impl FuncSim {
         self.machine.csr(c)
     }
 
-    /// History slot `t`: (K, V), `kv_history_width` FP16 each.
-    pub fn history(&self, t: usize) -> (&[u16], &[u16]) {
+    /// History slot `t`: (K, V), `kv_history_width` FP16 each (`&mut`: the slot's deferred refreshes are
+    /// copied first).
+    pub fn history(&mut self, t: usize) -> (&[u16], &[u16]) {
+        self.machine.copy_slot_refreshes(t);
         let w = self.config.kv_history_width as usize;
         (&self.machine.hist_k[t * w..(t + 1) * w], &self.machine.hist_v[t * w..(t + 1) * w])
     }
 
     pub fn history_mut(&mut self, t: usize) -> (&mut [u16], &mut [u16]) {
+        self.machine.copy_slot_refreshes(t);
         let w = self.config.kv_history_width as usize;
         (&mut self.machine.hist_k[t * w..(t + 1) * w], &mut self.machine.hist_v[t * w..(t + 1) * w])
     }

@@ -9,7 +9,7 @@ use opu_hw::isa::{Csr, Reg};
 use opu_hw::numerics::vector::{DType, OnlineSoftmax};
 use opu_hw::regs::ErrorCode;
 
-use crate::func::machine::{line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
+use crate::func::machine::{copy_f16s, line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
 use crate::func::kernel::Simd;
 use crate::func::score::{score_group, KRow, Query};
 
@@ -18,45 +18,81 @@ use crate::func::score::{score_group, KRow, Query};
 const POSITIONS_PER_CHUNK: u64 = 4096;
 
 /// The online softmax of every head of the group folds in the chunk's positions in order: each V row
-/// widened to FP32 once for all the heads, then `OnlineSoftmax::push_widened` (compiled for AVX2 where
-/// the CPU has it, so that its output update is eight lanes wide).
+/// widened to FP32 once for all the heads, then `OnlineSoftmax::push_widened`, or its AVX2 form
+/// ([`fold_avx2`]).
 fn fold_positions<'a>(
     simd: Simd,
     softmax: &mut [OnlineSoftmax],
-    rows: &[(bool, usize)],
+    rows: &[KvAt],
     scores: &[f32],
-    v_of: impl Fn((bool, usize)) -> &'a [u16],
+    v_of: impl Fn(KvAt) -> &'a [u16],
     v_row: &mut [f32],
 ) {
-    #[inline(always)]
-    fn fold<'a>(softmax: &mut [OnlineSoftmax], rows: &[(bool, usize)], scores: &[f32], v_of: impl Fn((bool, usize)) -> &'a [u16], v_row: &mut [f32]) {
-        let group = softmax.len();
-        for (&r, st) in rows.iter().zip(scores.chunks_exact(group)) {
-            let vt: &[half::f16] = half::slice::HalfBitsSliceExt::reinterpret_cast(v_of(r));
-            half::slice::HalfFloatSliceExt::convert_to_f32_slice(vt, v_row);
-            for (sm, &s) in softmax.iter_mut().zip(st) {
-                sm.push_widened(s, v_row);
+    match simd {
+        Simd::Portable => {
+            let group = softmax.len();
+            for (&r, st) in rows.iter().zip(scores.chunks_exact(group)) {
+                let vt: &[half::f16] = half::slice::HalfBitsSliceExt::reinterpret_cast(v_of(r));
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(vt, v_row);
+                for (sm, &s) in softmax.iter_mut().zip(st) {
+                    sm.push_widened(s, v_row);
+                }
             }
         }
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[(bool, usize)], scores: &[f32], v_of: impl Fn((bool, usize)) -> &'a [u16], v_row: &mut [f32]) {
-        fold(softmax, rows, scores, v_of, v_row)
-    }
-    match simd {
-        Simd::Portable => fold(softmax, rows, scores, v_of, v_row),
-        // SAFETY: AVX2 is present (detected).
+        // SAFETY: AVX2 and F16C are present (detected).
         #[cfg(target_arch = "x86_64")]
         Simd::Avx2 => unsafe { fold_avx2(softmax, rows, scores, v_of, v_row) },
     }
 }
 
-/// Little-endian FP16 bytes into FP16 bits.
-fn copy_f16s(dst: &mut [u16], src: &[u8]) {
-    for (d, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = u16::from_le_bytes([b[0], b[1]]);
+/// [`fold_positions`] with AVX2: each V row widened eight elements at a time (`vcvtph2ps`, exact), and
+/// per head `OnlineSoftmax::step` (opu-hw's) then the output update `o c + p v` eight lanes wide, each
+/// product and the sum rounded to FP32 as `axpby` rounds them. Two liberties, neither of which changes a
+/// bit of `finish`: where `c` is 1 (the running maximum did not move: most positions) `o c` is `o` and
+/// is not computed; and the update's NaN is not made canonical at each step, only by `finish` (a NaN
+/// element stays NaN through every later `o c + p v`, and `finish` canonicalizes whatever NaN it gets).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[KvAt], scores: &[f32], v_of: impl Fn(KvAt) -> &'a [u16], v_row: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (group, hd) = (softmax.len(), v_row.len());
+    // head_dim is a multiple of 16 (the CSR's rule)
+    assert!(hd.is_multiple_of(8) && softmax.iter().all(|sm| sm.out.len() == hd));
+    let w = v_row.as_mut_ptr();
+    for (&r, st) in rows.iter().zip(scores.chunks_exact(group)) {
+        let v = v_of(r);
+        assert!(v.len() == hd);
+        for j in (0..hd).step_by(8) {
+            _mm256_storeu_ps(w.add(j), _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(j) as *const __m128i)));
+        }
+        for (sm, &s) in softmax.iter_mut().zip(st) {
+            let (c, p) = sm.step(s);
+            let pv = _mm256_set1_ps(p);
+            let o = sm.out.as_mut_ptr();
+            if c == 1.0 {
+                for j in (0..hd).step_by(8) {
+                    let y = _mm256_add_ps(_mm256_loadu_ps(o.add(j)), _mm256_mul_ps(pv, _mm256_loadu_ps(w.add(j))));
+                    _mm256_storeu_ps(o.add(j), y);
+                }
+            } else {
+                let cv = _mm256_set1_ps(c);
+                for j in (0..hd).step_by(8) {
+                    let oc = _mm256_mul_ps(_mm256_loadu_ps(o.add(j)), cv);
+                    let y = _mm256_add_ps(oc, _mm256_mul_ps(pv, _mm256_loadu_ps(w.add(j))));
+                    _mm256_storeu_ps(o.add(j), y);
+                }
+            }
+        }
     }
+}
+
+/// Where a position's K and V rows are read: elements of the history buffer, of the gathered rows, or of
+/// device memory read as FP16 (`K` and `V` row).
+#[derive(Clone, Copy, Debug)]
+enum KvAt {
+    History(usize),
+    Gathered(usize),
+    Memory { k: usize, v: usize },
 }
 
 /// Distinct values of a nondecreasing sequence of line numbers.
@@ -212,14 +248,20 @@ impl Machine {
         let queries: Vec<Query> = (0..group).map(|g| Query::new(&self.spm_f16s(q_r.start + g * 2 * hd, hd))).collect();
         let mut softmax: Vec<OnlineSoftmax> = (0..group).map(|_| OnlineSoftmax::new(hd)).collect();
         let limit = queries.iter().map(Query::limit).fold(f32::INFINITY, f32::min);
-        // Where each position's K and V rows are read: its history slot (present positions refresh it
-        // first, so a slot always holds the position's rows), or, beyond the slots, device memory gathered
-        // into `ks` / `vs` (FP16 bits).
+        // Where each position's K and V rows are read (`KvAt`): a present position's from device memory, in
+        // place (its history slot's refresh is deferred: `history_refresh`), or gathered into `ks` / `vs`
+        // where memory cannot be read as FP16 in place; an absent position's from its history slot.
+        if self.hist_refresh.head_dim() != hd {
+            self.copy_all_refreshes();
+            self.hist_refresh.set_head_dim(hd);
+        }
+        let in_place = cfg!(target_endian = "little") && self.mem.as_ptr().align_offset(2) == 0;
         let chunk_len = POSITIONS_PER_CHUNK.min(u64::from(positions)) as usize;
-        let mut rows: Vec<(bool, usize)> = Vec::with_capacity(chunk_len);
+        let mut rows: Vec<KvAt> = Vec::with_capacity(chunk_len);
         let (mut ks, mut vs) = (Vec::<u16>::new(), Vec::<u16>::new());
         let mut scores = Vec::<f32>::with_capacity(chunk_len * group);
         let mut v_row = vec![0f32; hd];
+        let offset = (kvh0 + i) * hd;
         let mut first = 0u64;
         while first < u64::from(positions) {
             let end = (first + POSITIONS_PER_CHUNK).min(u64::from(positions));
@@ -229,7 +271,6 @@ impl Machine {
             vs.clear();
             for t in first..end {
                 let slot = self.history_slot(t, kvh0, heads, hd);
-                let hist = self.history_elems(t as usize, kvh0 + i, hd);
                 if self.present(presence_r, t) {
                     let row = self.kv_row_of(index_r, t);
                     let kr = self.mem_range(self.kv_row(k, row, hd))?;
@@ -238,11 +279,12 @@ impl Machine {
                     self.note_read(&vr);
                     self.counters.kv_history_misses += 1;
                     if slot {
-                        copy_f16s(&mut self.hist_k[hist.clone()], &self.mem[kr]);
-                        copy_f16s(&mut self.hist_v[hist.clone()], &self.mem[vr]);
-                        rows.push((true, hist.start));
+                        self.hist_refresh.defer(t as usize, offset, kr.clone(), vr.clone());
+                    }
+                    if in_place {
+                        rows.push(KvAt::Memory { k: kr.start / 2, v: vr.start / 2 });
                     } else {
-                        rows.push((false, ks.len()));
+                        rows.push(KvAt::Gathered(ks.len()));
                         ks.resize(ks.len() + hd, 0);
                         vs.resize(vs.len() + hd, 0);
                         let at = ks.len() - hd;
@@ -251,7 +293,10 @@ impl Machine {
                     }
                 } else {
                     self.counters.kv_history_hits += 1;
-                    rows.push((true, hist.start));
+                    if let Some(p) = self.hist_refresh.take(t as usize, offset) {
+                        self.copy_refresh(p);
+                    }
+                    rows.push(KvAt::History(self.history_elems(t as usize, kvh0 + i, hd).start));
                 }
             }
             // The scores are independent of each other (computed in parallel when there are threads); the
@@ -259,15 +304,25 @@ impl Machine {
             scores.clear();
             scores.resize(n * group, 0.0);
             let chunk = group * n.div_ceil(4 * self.kernel.threads()).max(64);
+            // SAFETY: any two bytes are a valid u16; `in_place` checked the alignment (the prefix is empty)
+            let mem16: &[u16] = if in_place { unsafe { self.mem.align_to::<u16>().1 } } else { &[] };
             let (hist_k, hist_v) = (&self.hist_k, &self.hist_v);
-            let k_of = |(in_history, at): (bool, usize)| if in_history { &hist_k[at..at + hd] } else { &ks[at..at + hd] };
+            let k_of = |r: KvAt| match r {
+                KvAt::History(at) => &hist_k[at..at + hd],
+                KvAt::Gathered(at) => &ks[at..at + hd],
+                KvAt::Memory { k, .. } => &mem16[k..k + hd],
+            };
             self.kernel.for_each_chunk(&mut scores, chunk, |at, out| {
                 let mut kw = KRow::default();
                 for (i, st) in out.chunks_exact_mut(group).enumerate() {
                     score_group(simd, &queries, limit, k_of(rows[at / group + i]), scale, &mut kw, st);
                 }
             });
-            let v_of = |(in_history, at): (bool, usize)| if in_history { &hist_v[at..at + hd] } else { &vs[at..at + hd] };
+            let v_of = |r: KvAt| match r {
+                KvAt::History(at) => &hist_v[at..at + hd],
+                KvAt::Gathered(at) => &vs[at..at + hd],
+                KvAt::Memory { v, .. } => &mem16[v..v + hd],
+            };
             fold_positions(simd, &mut softmax, &rows, &scores, v_of, &mut v_row);
             first = end;
         }
@@ -305,14 +360,64 @@ impl Machine {
             self.work.index_lines += 1;
         }
         // K first, then V (if the rows overlap in memory, V wins).
+        self.before_write(&km);
+        self.before_write(&vm);
         self.mem[km.clone()].copy_from_slice(&self.spm[ks]);
         self.mem[vm.clone()].copy_from_slice(&self.spm[vs]);
         self.note_write(&km);
         self.note_write(&vm);
         if let Some(m) = mark {
+            self.before_write(&m);
             self.mem[m.start] = 1;
             self.note_write(&m);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The AVX2 fold equals the portable one (opu-hw's `push_widened` per position), bit for bit after
+    /// `finish`: scores that move the maximum and ones that do not, specials among the scores and the V
+    /// elements (infinities, NaNs: the update's NaNs are made canonical only at the end).
+    #[test]
+    fn avx2_fold_equals_push_widened() {
+        if Simd::detect() == Simd::Portable {
+            eprintln!("skipped: no AVX2");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xF01D);
+        for case in 0..400 {
+            let (hd, group, n) = ([16, 64, 128][case % 3], 1 + case % 4, 1 + rng.gen_range(0..60));
+            let special = case % 5 == 0;
+            let vs: Vec<u16> = (0..n * hd)
+                .map(|_| match rng.gen_range(0..100) {
+                    0 if special => [0x7C00u16, 0xFC00, 0x7E00, 0x7C01][rng.gen_range(0..4)],
+                    _ => (rng.gen::<u16>() & 0x83FF) | (rng.gen_range(5u16..20) << 10),
+                })
+                .collect();
+            let scores: Vec<f32> = (0..n * group)
+                .map(|i| match rng.gen_range(0..50) {
+                    0 if special => [f32::INFINITY, f32::NEG_INFINITY, f32::NAN][rng.gen_range(0..3)],
+                    // mostly small moves, sometimes a new maximum far above
+                    1 => rng.gen_range(5.0..40.0) + i as f32 * 0.01,
+                    _ => rng.gen_range(-8.0..2.0),
+                })
+                .collect();
+            let rows: Vec<KvAt> = (0..n).map(|t| KvAt::Gathered(t * hd)).collect();
+            let fold = |simd: Simd| {
+                let mut sm: Vec<OnlineSoftmax> = (0..group).map(|_| OnlineSoftmax::new(hd)).collect();
+                let mut v_row = vec![0f32; hd];
+                fold_positions(simd, &mut sm, &rows, &scores, |r| match r {
+                    KvAt::Gathered(at) => &vs[at..at + hd],
+                    _ => unreachable!(),
+                }, &mut v_row);
+                sm.iter().flat_map(|s| s.finish()).map(f32::to_bits).collect::<Vec<u32>>()
+            };
+            assert_eq!(fold(Simd::Avx2), fold(Simd::Portable), "case {case}: hd {hd}, group {group}, {n} positions");
+        }
     }
 }

@@ -26,6 +26,7 @@ impl Machine {
         require(bytes > 0 && bytes.is_multiple_of(4))?;
         let s = self.spm_range(Span::new(word(spm), u128::from(bytes)))?;
         let m = self.mem_range(self.indexed_span(mem, idx, stride, bytes))?;
+        self.before_write(&m);
         self.mem[m.clone()].copy_from_slice(&self.spm[s]);
         self.note_write(&m);
         Ok(())
@@ -53,6 +54,7 @@ impl Machine {
         }
         for (s, m) in ranges {
             if to_mem {
+                self.before_write(&m);
                 self.mem[m.clone()].copy_from_slice(&self.spm[s]);
                 self.note_write(&m);
             } else {

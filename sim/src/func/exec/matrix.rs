@@ -132,6 +132,7 @@ impl Machine {
         self.counters.skipped_blocks += u64::from(skip);
         self.note_read(&w_r);
         if let Some(m) = mark_r {
+            self.before_write(&m);
             self.mem[m.start] = u8::from(!skip);
             self.note_write(&m);
         }
