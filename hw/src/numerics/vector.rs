@@ -321,6 +321,38 @@ impl OnlineSoftmax {
         (c, p)
     }
 
+    /// [`step`](Self::step) of a group of heads (`group[h]`) over positions: `scores[t * heads + h]` is
+    /// head `h`'s score of position `t`, folded in position order, and its factors go to `c` and `p` at the
+    /// same index (both cleared first). The same arithmetic as `step` after `step`, in three passes: the
+    /// running maxima, then the exponentials of every position and head at once
+    /// ([`approx::exp_in_place`](super::approx::exp_in_place): eight lanes at a time), then the sums (the
+    /// heads' chains side by side).
+    pub fn steps(group: &mut [OnlineSoftmax], scores: &[f32], c: &mut Vec<f32>, p: &mut Vec<f32>) {
+        let heads = group.len();
+        assert!(heads > 0 && scores.len().is_multiple_of(heads), "a score per position and head");
+        // the running maxima: per position and head the arguments of c and p (c's 0 where the maximum did
+        // not move: exp(0) is exactly the 1 of `step`)
+        c.clear();
+        c.resize(scores.len(), 0.0);
+        p.clear();
+        p.resize(scores.len(), 0.0);
+        for ((st, ct), pt) in scores.chunks_exact(heads).zip(c.chunks_exact_mut(heads)).zip(p.chunks_exact_mut(heads)) {
+            for (((sm, &s), c), p) in group.iter_mut().zip(st).zip(ct).zip(pt) {
+                let m_new = if s > sm.max || s.is_nan() { s } else { sm.max };
+                *c = if m_new == sm.max { 0.0 } else { sm.max - m_new };
+                *p = s - m_new;
+                sm.max = m_new;
+            }
+        }
+        super::approx::exp_in_place(c);
+        super::approx::exp_in_place(p);
+        for (ct, pt) in c.chunks_exact(heads).zip(p.chunks_exact(heads)) {
+            for ((sm, &c), &p) in group.iter_mut().zip(ct).zip(pt) {
+                sm.sum = sm.sum * c + p;
+            }
+        }
+    }
+
     /// Folds in one position: its score and its V row (FP16 bits).
     pub fn push(&mut self, score: f32, v: &[u16]) {
         let (c, p) = self.step(score);
@@ -402,6 +434,45 @@ mod tests {
             assert_eq!(LaneOp::from_code(op.code()), Some(op));
         }
         assert_eq!(LaneOp::from_code(14), None);
+    }
+
+    /// `steps` is `step` position by position, bit for bit: maxima that move and stay, infinities and NaNs
+    /// among the scores (a NaN maximum stays), from a fresh state and from one carried over.
+    #[test]
+    fn steps_equal_step_by_step() {
+        assert_eq!(exp(0.0).to_bits(), 1.0f32.to_bits());
+        let mut seed = 0x5EEDu64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as u32
+        };
+        for case in 0..2000 {
+            let (n, heads) = (1 + (next() % 40) as usize, 1 + case % 4);
+            let scores: Vec<f32> = (0..n * heads)
+                .map(|_| match next() % 40 {
+                    0 if case % 3 == 0 => [f32::INFINITY, f32::NEG_INFINITY, f32::NAN][(next() % 3) as usize],
+                    1 => 20.0 + (next() % 1000) as f32 * 0.07,
+                    _ => (next() % 2000) as f32 * 0.01 - 15.0,
+                })
+                .collect();
+            let mut one: Vec<OnlineSoftmax> = (0..heads).map(|_| OnlineSoftmax::new(1)).collect();
+            if case % 2 == 1 {
+                one.iter_mut().for_each(|sm| { sm.step(3.25); });
+            }
+            let mut batch = one.clone();
+            let want: Vec<(u32, u32)> = scores
+                .chunks_exact(heads)
+                .flat_map(|st| st.iter().zip(one.iter_mut()).map(|(&s, sm)| sm.step(s)).collect::<Vec<_>>())
+                .map(|(c, p)| (c.to_bits(), p.to_bits()))
+                .collect();
+            let (mut c, mut p) = (Vec::new(), Vec::new());
+            OnlineSoftmax::steps(&mut batch, &scores, &mut c, &mut p);
+            let got: Vec<(u32, u32)> = c.iter().zip(&p).map(|(c, p)| (c.to_bits(), p.to_bits())).collect();
+            assert_eq!(got, want, "case {case}: {scores:?}");
+            for (b, o) in batch.iter().zip(&one) {
+                assert_eq!((b.max.to_bits(), b.sum.to_bits()), (o.max.to_bits(), o.sum.to_bits()), "case {case}");
+            }
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::cost::{CostModel, LoaderLead, Work};
 use super::kernel::Kernel;
 use super::history_refresh::{HistoryRefresh, Pending};
 use super::rowcache::RowCache;
-use super::stats::{Counters, RegionTable};
+use super::stats::{Counters, ReadTally, RegionTable};
 
 /// `kv_present` value that turns presence tracking off (every position present).
 pub(crate) const ALL_PRESENT: u32 = 0xFFFF_FFFF;
@@ -252,6 +252,17 @@ impl Machine {
         if self.hist_refresh.conflicts(r) {
             self.copy_all_refreshes();
         }
+    }
+
+    /// [`note_read`](Self::note_read) of one of many rows, its region credited through `tally` (flushed by
+    /// the caller).
+    #[inline]
+    pub fn note_row_read(&mut self, r: &Range<usize>, tally: &mut ReadTally) {
+        let n = (r.end - r.start) as u64;
+        self.work.bytes_read += n;
+        self.work.mem_rows_read += 1;
+        self.work.mem_lines_read += lines_touched(r);
+        tally.record(&mut self.regions, r.start as u64, n);
     }
 
     /// Counts a device-memory write (BYTES_WRITTEN and its region).

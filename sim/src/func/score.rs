@@ -138,6 +138,55 @@ pub(crate) fn score_group(simd: Simd, qs: &[Query], limit: f32, k: &[u16], scale
     }
 }
 
+/// The scores of `n` K rows (`k_of(i)` the FP16 bits of row `i`) against every query head of the group,
+/// into `out` (`n` x `qs.len()`, a row's scores together): [`score_group`] of each row, with AVX2 in one
+/// pass over the rows for a group of up to four heads.
+pub(crate) fn score_rows<'a>(simd: Simd, qs: &[Query], limit: f32, scale: f32, out: &mut [f32], k_of: impl Fn(usize) -> &'a [u16]) {
+    let group = qs.len();
+    assert!(group > 0 && out.len().is_multiple_of(group), "a score per row and query");
+    #[cfg(target_arch = "x86_64")]
+    if simd == Simd::Avx2 && group <= 4 {
+        // SAFETY: AVX2 and F16C are present (detected); `avx2_rows` asserts the lengths.
+        unsafe {
+            match group {
+                1 => avx2_rows::<1>(qs, limit, scale, out, k_of),
+                2 => avx2_rows::<2>(qs, limit, scale, out, k_of),
+                3 => avx2_rows::<3>(qs, limit, scale, out, k_of),
+                _ => avx2_rows::<4>(qs, limit, scale, out, k_of),
+            }
+        }
+        return;
+    }
+    let mut kw = KRow::default();
+    for (i, o) in out.chunks_exact_mut(group).enumerate() {
+        score_group(simd, qs, limit, k_of(i), scale, &mut kw, o);
+    }
+}
+
+/// [`score_rows`] of `N` queries with AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn avx2_rows<'a, const N: usize>(qs: &[Query], limit: f32, scale: f32, out: &mut [f32], k_of: impl Fn(usize) -> &'a [u16]) {
+    assert!(qs.len() == N);
+    let scaled: [&[f64]; N] = std::array::from_fn(|h| qs[h].scaled.as_slice());
+    for (i, o) in out.chunks_exact_mut(N).enumerate() {
+        let k = k_of(i);
+        assert!(qs.iter().all(|q| q.len() == k.len()), "q and k of one length");
+        match avx2::sums::<N>(&scaled, k, limit) {
+            Some(sums) => {
+                for (o, sum) in o.iter_mut().zip(sums) {
+                    *o = from_sum(sum, scale);
+                }
+            }
+            None => {
+                for (o, q) in o.iter_mut().zip(qs) {
+                    *o = slow(q, k, scale);
+                }
+            }
+        }
+    }
+}
+
 /// [`score_group`] of `N` queries with AVX2; opu-hw's path for all of them when a query or `k` is outside
 /// the fast path's bound.
 #[cfg(target_arch = "x86_64")]
@@ -355,6 +404,32 @@ mod tests {
                 for (h, q) in qs_bits.iter().enumerate() {
                     let want = attention_score(q, &k, 0.125);
                     assert_eq!(out[h].to_bits(), want.to_bits(), "{simd:?} group {i} of {heads}, head {h}");
+                }
+            }
+        }
+    }
+
+    /// Several K rows against a group in one call (`score_rows`, the attention unit's chunk): each score
+    /// opu-hw's, rows inside and outside the fast path mixed.
+    #[test]
+    fn row_scores_equal_opu_hw() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x6A1);
+        for i in 0..600 {
+            let hd = [16, 64, 24][i % 3];
+            let heads = 1 + i % 6;
+            let n = 1 + i % 7;
+            let qs_bits: Vec<Vec<u16>> = (0..heads).map(|h| (0..hd).map(|_| value(&mut rng, (i + h) % 13 == 0)).collect()).collect();
+            let ks: Vec<Vec<u16>> = (0..n).map(|r| (0..hd).map(|_| value(&mut rng, (i + r) % 5 == 0)).collect()).collect();
+            let qs: Vec<Query> = qs_bits.iter().map(|q| Query::new(q)).collect();
+            let limit = qs.iter().map(Query::limit).fold(f32::INFINITY, f32::min);
+            for simd in [Simd::detect(), Simd::Portable] {
+                let mut out = vec![f32::NAN; n * heads];
+                score_rows(simd, &qs, limit, 0.125, &mut out, |r| &ks[r]);
+                for (r, k) in ks.iter().enumerate() {
+                    for (h, q) in qs_bits.iter().enumerate() {
+                        let want = attention_score(q, k, 0.125);
+                        assert_eq!(out[r * heads + h].to_bits(), want.to_bits(), "{simd:?} case {i}: row {r}, head {h}");
+                    }
                 }
             }
         }

@@ -190,6 +190,23 @@ impl RegionTable {
         add(&mut self.other, len - covered, write);
     }
 
+    /// What `record` credits with the whole of an access at `addr..addr + len` when that is so: a region
+    /// that alone holds it (`Some` index; no other region overlaps it), or the other bytes (`None`: a gap
+    /// between regions holds it); with the span of addresses where any access is credited the same way.
+    fn sole_target(&self, addr: u64, len: u64) -> Option<(Option<usize>, u64, u64)> {
+        let end = addr.saturating_add(len);
+        let first = self.max_end.partition_point(|&e| e <= addr);
+        let gap_start = if first == 0 { 0 } else { self.max_end[first - 1] };
+        let gap_end = self.regions.get(first).map_or(u64::MAX, |r| r.addr);
+        if end <= gap_end {
+            return Some((None, gap_start, gap_end));
+        }
+        (first..self.regions.len())
+            .take_while(|&i| self.regions[i].addr <= addr)
+            .find(|&i| self.alone[i] && end <= self.regions[i].addr.saturating_add(self.regions[i].bytes))
+            .map(|i| (Some(i), self.regions[i].addr, self.regions[i].addr.saturating_add(self.regions[i].bytes)))
+    }
+
     pub fn snapshot(&self) -> BTreeMap<String, RegionBytes> {
         let mut m = BTreeMap::new();
         for (r, b) in self.regions.iter().zip(&self.bytes) {
@@ -201,6 +218,42 @@ impl RegionTable {
         e.read += self.other.read;
         e.written += self.other.written;
         m
+    }
+}
+
+/// Reads of many rows credited as `RegionTable::record` credits them, with the region of the last one kept
+/// and its bytes summed: an `attn` reads two rows per position and head.
+#[derive(Default)]
+pub(crate) struct ReadTally {
+    /// What the last row was credited to whole (a region, or `None`: the other bytes), the span where any
+    /// row is credited the same, and the bytes read there since.
+    region: Option<(Option<usize>, u64, u64, u64)>,
+}
+
+impl ReadTally {
+    /// A read of `len` bytes at `addr`.
+    #[inline]
+    pub fn record(&mut self, table: &mut RegionTable, addr: u64, len: u64) {
+        if let Some((_, lo, hi, bytes)) = &mut self.region {
+            if addr >= *lo && addr.saturating_add(len) <= *hi {
+                *bytes += len;
+                return;
+            }
+        }
+        self.flush(table);
+        match table.sole_target(addr, len) {
+            Some((target, lo, hi)) => self.region = Some((target, lo, hi, len)),
+            None => table.record(addr, len, false),
+        }
+    }
+
+    /// Credits the summed bytes (at the end; also when the region changes).
+    pub fn flush(&mut self, table: &mut RegionTable) {
+        match self.region.take() {
+            Some((Some(i), _, _, bytes)) => add(&mut table.bytes[i], bytes, false),
+            Some((None, _, _, bytes)) => add(&mut table.other, bytes, false),
+            None => {}
+        }
     }
 }
 
@@ -276,6 +329,31 @@ mod tests {
         let got = t.snapshot();
         for (name, n) in &want {
             assert_eq!(got[name].read, *n, "{name}");
+        }
+    }
+
+    /// A tally of reads credits what `record` of each read credits: runs in one region, reads across and
+    /// outside regions, overlapping regions (never summed: `record` splits those).
+    #[test]
+    fn a_read_tally_counts_as_record_does() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let regions = vec![region("a", 0, 100), region("b", 100, 50), region("c", 300, 200), region("d", 320, 10), region("e", 600, 40)];
+        for regions in [regions, Vec::new()] {
+            let (mut t, mut want) = (RegionTable::new(regions.clone()), RegionTable::new(regions));
+            let mut tally = ReadTally::default();
+            for i in 0..5000 {
+                let addr = match i % 100 {
+                    0..40 => rng.gen_range(600..630),
+                    40..60 => rng.gen_range(150..290), // between b and c: other bytes
+                    _ => rng.gen_range(0..700),
+                };
+                let len = rng.gen_range(1..12);
+                tally.record(&mut t, addr, len);
+                want.record(addr, len, false);
+            }
+            tally.flush(&mut t);
+            assert_eq!(t.snapshot(), want.snapshot());
         }
     }
 }

@@ -5,13 +5,14 @@
 
 use std::ops::Range;
 
-use opu_hw::isa::{Csr, Reg};
+use opu_hw::isa::{Csr, Reg, LINE_BYTES};
 use opu_hw::numerics::vector::{DType, OnlineSoftmax};
 use opu_hw::regs::ErrorCode;
 
 use crate::func::machine::{copy_f16s, line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
 use crate::func::kernel::Simd;
-use crate::func::score::{score_group, KRow, Query};
+use crate::func::score::{score_rows, Query};
+use crate::func::stats::ReadTally;
 
 /// Positions whose K and V are gathered (and scored in parallel) at a time: bounds the memory of an `attn`
 /// over any number of positions.
@@ -45,44 +46,108 @@ fn fold_positions<'a>(
     }
 }
 
-/// [`fold_positions`] with AVX2: each V row widened eight elements at a time (`vcvtph2ps`, exact), and
-/// per head `OnlineSoftmax::step` (opu-hw's) then the output update `o c + p v` eight lanes wide, each
-/// product and the sum rounded to FP32 as `axpby` rounds them. Two liberties, neither of which changes a
-/// bit of `finish`: where `c` is 1 (the running maximum did not move: most positions) `o c` is `o` and
-/// is not computed; and the update's NaN is not made canonical at each step, only by `finish` (a NaN
-/// element stays NaN through every later `o c + p v`, and `finish` canonicalizes whatever NaN it gets).
+/// [`fold_positions`] with AVX2: first `OnlineSoftmax::steps` (opu-hw's `step` of every position and head,
+/// the exponentials in one vectorized pass), then the output update `o c + p v` over the positions, up to
+/// four heads side by side with 16 outputs of each held in registers, the V elements widened by `vcvtph2ps`
+/// (exact), each product and the sum rounded to FP32 as `axpby` rounds them. Two liberties, neither of
+/// which changes a bit of `finish`: where `c` is 1 (the running maximum did not move: most positions) `o c`
+/// is `o` and is not computed; and the update's NaN is not made canonical at each step, only by `finish`
+/// (a NaN element stays NaN through every later `o c + p v`, and `finish` canonicalizes whatever NaN it
+/// gets).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[KvAt], scores: &[f32], v_of: impl Fn(KvAt) -> &'a [u16], v_row: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let (group, hd) = (softmax.len(), v_row.len());
+unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[KvAt], scores: &[f32], v_of: impl Fn(KvAt) -> &'a [u16], _v_row: &mut [f32]) {
+    let group = softmax.len();
+    let hd = softmax.first().map_or(0, |sm| sm.out.len());
     // head_dim is a multiple of 16 (the CSR's rule)
-    assert!(hd.is_multiple_of(8) && softmax.iter().all(|sm| sm.out.len() == hd));
-    let w = v_row.as_mut_ptr();
-    for (&r, st) in rows.iter().zip(scores.chunks_exact(group)) {
+    assert!(hd.is_multiple_of(16) && softmax.iter().all(|sm| sm.out.len() == hd));
+    let v: Vec<*const u16> = rows.iter().map(|&r| {
         let v = v_of(r);
         assert!(v.len() == hd);
-        for j in (0..hd).step_by(8) {
-            _mm256_storeu_ps(w.add(j), _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(j) as *const __m128i)));
-        }
-        for (sm, &s) in softmax.iter_mut().zip(st) {
-            let (c, p) = sm.step(s);
-            let pv = _mm256_set1_ps(p);
-            let o = sm.out.as_mut_ptr();
-            if c == 1.0 {
-                for j in (0..hd).step_by(8) {
-                    let y = _mm256_add_ps(_mm256_loadu_ps(o.add(j)), _mm256_mul_ps(pv, _mm256_loadu_ps(w.add(j))));
-                    _mm256_storeu_ps(o.add(j), y);
-                }
-            } else {
-                let cv = _mm256_set1_ps(c);
-                for j in (0..hd).step_by(8) {
-                    let oc = _mm256_mul_ps(_mm256_loadu_ps(o.add(j)), cv);
-                    let y = _mm256_add_ps(oc, _mm256_mul_ps(pv, _mm256_loadu_ps(w.add(j))));
-                    _mm256_storeu_ps(o.add(j), y);
+        v.as_ptr()
+    }).collect();
+    let (mut c, mut p) = (Vec::with_capacity(scores.len()), Vec::with_capacity(scores.len()));
+    OnlineSoftmax::steps(softmax, scores, &mut c, &mut p);
+    // up to four heads side by side (each V element widened once for all of them), 16 outputs at a time
+    match group {
+        1 => update_heads::<1>(softmax, &c, &p, &v),
+        2 => update_heads::<2>(softmax, &c, &p, &v),
+        3 => update_heads::<3>(softmax, &c, &p, &v),
+        4 => update_heads::<4>(softmax, &c, &p, &v),
+        _ => {
+            for (h, sm) in softmax.iter_mut().enumerate() {
+                for j in (0..hd).step_by(16) {
+                    update_block::<2>(&mut sm.out[j..j + 16], (&c, &p, h, group), &v, j);
                 }
             }
         }
+    }
+}
+
+/// The output update of `G` heads (`group[h]`, its factors `c[t G + h]`, `p` alike) over the positions
+/// (V rows `v[t]`), 16 outputs of every head at a time in registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn update_heads<const G: usize>(group: &mut [OnlineSoftmax], c: &[f32], p: &[f32], v: &[*const u16]) {
+    use std::arch::x86_64::*;
+    assert!(group.len() == G && c.len() == v.len() * G && p.len() == c.len());
+    let hd = group[0].out.len();
+    for j in (0..hd).step_by(16) {
+        let mut acc: [[__m256; 2]; G] = std::array::from_fn(|h| {
+            let o = group[h].out.as_ptr().add(j);
+            [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))]
+        });
+        for ((ct, pt), &vt) in c.chunks_exact(G).zip(p.chunks_exact(G)).zip(v) {
+            let vt = vt.add(j);
+            let x = [_mm256_cvtph_ps(_mm_loadu_si128(vt as *const __m128i)), _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8) as *const __m128i))];
+            for h in 0..G {
+                let pv = _mm256_set1_ps(pt[h]);
+                if ct[h] == 1.0 {
+                    for i in 0..2 {
+                        acc[h][i] = _mm256_add_ps(acc[h][i], _mm256_mul_ps(pv, x[i]));
+                    }
+                } else {
+                    let cv = _mm256_set1_ps(ct[h]);
+                    for i in 0..2 {
+                        acc[h][i] = _mm256_add_ps(_mm256_mul_ps(acc[h][i], cv), _mm256_mul_ps(pv, x[i]));
+                    }
+                }
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            let o = group[h].out.as_mut_ptr().add(j);
+            _mm256_storeu_ps(o, a[0]);
+            _mm256_storeu_ps(o.add(8), a[1]);
+        }
+    }
+}
+
+/// `o <- o c_t + p_t v_t` over the positions `t` (head `h`'s factors: `c[t group + h]`, `p` alike), for
+/// the `8 W` output elements `o` from element `at` of each V row (`v[t]`), in `W` registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn update_block<const W: usize>(o: &mut [f32], (c, p, h, group): (&[f32], &[f32], usize, usize), v: &[*const u16], at: usize) {
+    use std::arch::x86_64::*;
+    assert!(o.len() == 8 * W && c.len() == v.len() * group && p.len() == c.len() && h < group);
+    let mut acc: [__m256; W] = std::array::from_fn(|i| _mm256_loadu_ps(o.as_ptr().add(8 * i)));
+    for ((&c, &p), &vt) in c[h..].iter().step_by(group).zip(p[h..].iter().step_by(group)).zip(v) {
+        let pv = _mm256_set1_ps(p);
+        let vt = vt.add(at);
+        if c == 1.0 {
+            for (i, a) in acc.iter_mut().enumerate() {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8 * i) as *const __m128i));
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, x));
+            }
+        } else {
+            let cv = _mm256_set1_ps(c);
+            for (i, a) in acc.iter_mut().enumerate() {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8 * i) as *const __m128i));
+                *a = _mm256_add_ps(_mm256_mul_ps(*a, cv), _mm256_mul_ps(pv, x));
+            }
+        }
+    }
+    for (i, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(o.as_mut_ptr().add(8 * i), *a);
     }
 }
 
@@ -186,9 +251,15 @@ impl Machine {
         };
         let index_r = self.kv_index_span(0, u64::from(positions))?;
 
-        // Check every position before any effect, so that a trap leaves no trace.
+        // Check every position before any effect, so that a trap leaves no trace. (Every position present and
+        // no index: the rows lie in position order, so the last one's being in memory is enough.)
         let kvh = kvh as usize;
-        for t in 0..u64::from(positions) {
+        let last = u64::from(positions) - 1;
+        let dense_in_memory = presence_r.is_none()
+            && index_r.is_none()
+            && self.mem_range(self.kv_row(k, last, heads * hd)).is_ok()
+            && self.mem_range(self.kv_row(v, last, heads * hd)).is_ok();
+        for t in (0..u64::from(positions)).filter(|_| !dense_in_memory) {
             if self.present(presence_r.as_ref(), t) {
                 let row = self.kv_row_of(index_r.as_ref(), t);
                 self.mem_range(self.kv_row(k, row, heads * hd))?;
@@ -261,7 +332,17 @@ impl Machine {
         let (mut ks, mut vs) = (Vec::<u16>::new(), Vec::<u16>::new());
         let mut scores = Vec::<f32>::with_capacity(chunk_len * group);
         let mut v_row = vec![0f32; hd];
-        let offset = (kvh0 + i) * hd;
+        // Where row `row` of the K (V) rows at line `base` lies: `attn` checked every present position's rows
+        // of all its heads before any effect (so these are in memory).
+        let (stride, mem_len) = (u64::from(self.csr(Csr::KvStride)), self.mem.len());
+        let row_at = |base: u32, row: u64| {
+            let start = ((u64::from(base) + row * stride) * LINE_BYTES as u64) as usize;
+            debug_assert!(start + 2 * hd <= mem_len);
+            start..start + 2 * hd
+        };
+        // the reads of the K and V rows credited to their memory regions (`note_read`) a run at a time (K
+        // and V rows lie in regions of their own)
+        let (mut tally_k, mut tally_v) = (ReadTally::default(), ReadTally::default());
         let mut first = 0u64;
         while first < u64::from(positions) {
             let end = (first + POSITIONS_PER_CHUNK).min(u64::from(positions));
@@ -273,13 +354,12 @@ impl Machine {
                 let slot = self.history_slot(t, kvh0, heads, hd);
                 if self.present(presence_r, t) {
                     let row = self.kv_row_of(index_r, t);
-                    let kr = self.mem_range(self.kv_row(k, row, hd))?;
-                    let vr = self.mem_range(self.kv_row(v, row, hd))?;
-                    self.note_read(&kr);
-                    self.note_read(&vr);
+                    let (kr, vr) = (row_at(k, row), row_at(v, row));
+                    self.note_row_read(&kr, &mut tally_k);
+                    self.note_row_read(&vr, &mut tally_v);
                     self.counters.kv_history_misses += 1;
                     if slot {
-                        self.hist_refresh.defer(t as usize, offset, kr.clone(), vr.clone());
+                        self.hist_refresh.defer(t as usize, kvh0 + i, kr.clone(), vr.clone());
                     }
                     if in_place {
                         rows.push(KvAt::Memory { k: kr.start / 2, v: vr.start / 2 });
@@ -293,7 +373,7 @@ impl Machine {
                     }
                 } else {
                     self.counters.kv_history_hits += 1;
-                    if let Some(p) = self.hist_refresh.take(t as usize, offset) {
+                    if let Some(p) = self.hist_refresh.take(t as usize, kvh0 + i) {
                         self.copy_refresh(p);
                     }
                     rows.push(KvAt::History(self.history_elems(t as usize, kvh0 + i, hd).start));
@@ -313,10 +393,7 @@ impl Machine {
                 KvAt::Memory { k, .. } => &mem16[k..k + hd],
             };
             self.kernel.for_each_chunk(&mut scores, chunk, |at, out| {
-                let mut kw = KRow::default();
-                for (i, st) in out.chunks_exact_mut(group).enumerate() {
-                    score_group(simd, &queries, limit, k_of(rows[at / group + i]), scale, &mut kw, st);
-                }
+                score_rows(simd, &queries, limit, scale, out, |i| k_of(rows[at / group + i]));
             });
             let v_of = |r: KvAt| match r {
                 KvAt::History(at) => &hist_v[at..at + hd],
@@ -326,6 +403,8 @@ impl Machine {
             fold_positions(simd, &mut softmax, &rows, &scores, v_of, &mut v_row);
             first = end;
         }
+        tally_k.flush(&mut self.regions);
+        tally_v.flush(&mut self.regions);
         for (g, sm) in softmax.iter().enumerate() {
             let out = &mut self.spm[dst_r.start + g * 2 * hd..dst_r.start + (g + 1) * 2 * hd];
             for (i, &y) in sm.finish().iter().enumerate() {
@@ -391,7 +470,7 @@ mod tests {
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(0xF01D);
         for case in 0..400 {
-            let (hd, group, n) = ([16, 64, 128][case % 3], 1 + case % 4, 1 + rng.gen_range(0..60));
+            let (hd, group, n) = ([16, 64, 128][case % 3], 1 + case % 6, 1 + rng.gen_range(0..60));
             let special = case % 5 == 0;
             let vs: Vec<u16> = (0..n * hd)
                 .map(|_| match rng.gen_range(0..100) {
