@@ -12,7 +12,7 @@ use super::cost::{CostModel, LoaderLead, Work};
 use super::kernel::Kernel;
 use super::history_refresh::{HistoryRefresh, Pending};
 use super::rowcache::RowCache;
-use super::stats::{Counters, ReadTally, RegionTable};
+use super::stats::{Counters, RegionTable};
 
 /// `kv_present` value that turns presence tracking off (every position present).
 pub(crate) const ALL_PRESENT: u32 = 0xFFFF_FFFF;
@@ -254,17 +254,6 @@ impl Machine {
         }
     }
 
-    /// [`note_read`](Self::note_read) of one of many rows, its region credited through `tally` (flushed by
-    /// the caller).
-    #[inline]
-    pub fn note_row_read(&mut self, r: &Range<usize>, tally: &mut ReadTally) {
-        let n = (r.end - r.start) as u64;
-        self.work.bytes_read += n;
-        self.work.mem_rows_read += 1;
-        self.work.mem_lines_read += lines_touched(r);
-        tally.record(&mut self.regions, r.start as u64, n);
-    }
-
     /// Counts a device-memory write (BYTES_WRITTEN and its region).
     pub fn note_write(&mut self, r: &Range<usize>) {
         // a write site that did not call `before_write` would have changed a deferred refresh's rows
@@ -295,7 +284,7 @@ pub(crate) fn f16s(bytes: &[u8]) -> Vec<u16> {
 }
 
 /// The 32-byte device-memory lines a byte range touches.
-fn lines_touched(r: &Range<usize>) -> u64 {
+pub(crate) fn lines_touched(r: &Range<usize>) -> u64 {
     if r.is_empty() {
         0
     } else {

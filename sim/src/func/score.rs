@@ -167,11 +167,11 @@ pub(crate) fn score_rows<'a>(simd: Simd, qs: &[Query], limit: f32, scale: f32, o
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn avx2_rows<'a, const N: usize>(qs: &[Query], limit: f32, scale: f32, out: &mut [f32], k_of: impl Fn(usize) -> &'a [u16]) {
-    assert!(qs.len() == N);
+    assert!(qs.len() == N && qs.iter().all(|q| q.len() == qs[0].len()));
     let scaled: [&[f64]; N] = std::array::from_fn(|h| qs[h].scaled.as_slice());
     for (i, o) in out.chunks_exact_mut(N).enumerate() {
         let k = k_of(i);
-        assert!(qs.iter().all(|q| q.len() == k.len()), "q and k of one length");
+        assert!(k.len() == scaled[0].len(), "q and k of one length");
         match avx2::sums::<N>(&scaled, k, limit) {
             Some(sums) => {
                 for (o, sum) in o.iter_mut().zip(sums) {

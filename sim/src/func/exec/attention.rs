@@ -9,7 +9,7 @@ use opu_hw::isa::{Csr, Reg, LINE_BYTES};
 use opu_hw::numerics::vector::{DType, OnlineSoftmax};
 use opu_hw::regs::ErrorCode;
 
-use crate::func::machine::{copy_f16s, line, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
+use crate::func::machine::{copy_f16s, line, lines_touched, require, word, Machine, Span, Trap, ALL_PRESENT, NO_INDEX};
 use crate::func::kernel::Simd;
 use crate::func::score::{score_rows, Query};
 use crate::func::stats::ReadTally;
@@ -69,11 +69,14 @@ unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[KvAt], scores: &[
     let (mut c, mut p) = (Vec::with_capacity(scores.len()), Vec::with_capacity(scores.len()));
     OnlineSoftmax::steps(softmax, scores, &mut c, &mut p);
     // up to four heads side by side (each V element widened once for all of them), 16 outputs at a time
-    match group {
-        1 => update_heads::<1>(softmax, &c, &p, &v),
-        2 => update_heads::<2>(softmax, &c, &p, &v),
-        3 => update_heads::<3>(softmax, &c, &p, &v),
-        4 => update_heads::<4>(softmax, &c, &p, &v),
+    match (group, hd % 32) {
+        (1, 0) => update_heads::<1, 4>(softmax, &c, &p, &v),
+        (2, 0) => update_heads::<2, 4>(softmax, &c, &p, &v),
+        (3, 0) => update_heads::<3, 4>(softmax, &c, &p, &v),
+        (1, _) => update_heads::<1, 2>(softmax, &c, &p, &v),
+        (2, _) => update_heads::<2, 2>(softmax, &c, &p, &v),
+        (3, _) => update_heads::<3, 2>(softmax, &c, &p, &v),
+        (4, _) => update_heads::<4, 2>(softmax, &c, &p, &v),
         _ => {
             for (h, sm) in softmax.iter_mut().enumerate() {
                 for j in (0..hd).step_by(16) {
@@ -85,30 +88,31 @@ unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[KvAt], scores: &[
 }
 
 /// The output update of `G` heads (`group[h]`, its factors `c[t G + h]`, `p` alike) over the positions
-/// (V rows `v[t]`), 16 outputs of every head at a time in registers.
+/// (V rows `v[t]`), `8 W` outputs of every head at a time in registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn update_heads<const G: usize>(group: &mut [OnlineSoftmax], c: &[f32], p: &[f32], v: &[*const u16]) {
+unsafe fn update_heads<const G: usize, const W: usize>(group: &mut [OnlineSoftmax], c: &[f32], p: &[f32], v: &[*const u16]) {
     use std::arch::x86_64::*;
     assert!(group.len() == G && c.len() == v.len() * G && p.len() == c.len());
     let hd = group[0].out.len();
-    for j in (0..hd).step_by(16) {
-        let mut acc: [[__m256; 2]; G] = std::array::from_fn(|h| {
+    assert!(hd.is_multiple_of(8 * W));
+    for j in (0..hd).step_by(8 * W) {
+        let mut acc: [[__m256; W]; G] = std::array::from_fn(|h| {
             let o = group[h].out.as_ptr().add(j);
-            [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))]
+            std::array::from_fn(|i| _mm256_loadu_ps(o.add(8 * i)))
         });
         for ((ct, pt), &vt) in c.chunks_exact(G).zip(p.chunks_exact(G)).zip(v) {
             let vt = vt.add(j);
-            let x = [_mm256_cvtph_ps(_mm_loadu_si128(vt as *const __m128i)), _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8) as *const __m128i))];
+            let x: [__m256; W] = std::array::from_fn(|i| _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8 * i) as *const __m128i)));
             for h in 0..G {
                 let pv = _mm256_set1_ps(pt[h]);
                 if ct[h] == 1.0 {
-                    for i in 0..2 {
+                    for i in 0..W {
                         acc[h][i] = _mm256_add_ps(acc[h][i], _mm256_mul_ps(pv, x[i]));
                     }
                 } else {
                     let cv = _mm256_set1_ps(ct[h]);
-                    for i in 0..2 {
+                    for i in 0..W {
                         acc[h][i] = _mm256_add_ps(_mm256_mul_ps(acc[h][i], cv), _mm256_mul_ps(pv, x[i]));
                     }
                 }
@@ -116,8 +120,9 @@ unsafe fn update_heads<const G: usize>(group: &mut [OnlineSoftmax], c: &[f32], p
         }
         for (h, a) in acc.iter().enumerate() {
             let o = group[h].out.as_mut_ptr().add(j);
-            _mm256_storeu_ps(o, a[0]);
-            _mm256_storeu_ps(o.add(8), a[1]);
+            for (i, a) in a.iter().enumerate() {
+                _mm256_storeu_ps(o.add(8 * i), *a);
+            }
         }
     }
 }
@@ -343,6 +348,8 @@ impl Machine {
         // the reads of the K and V rows credited to their memory regions (`note_read`) a run at a time (K
         // and V rows lie in regions of their own)
         let (mut tally_k, mut tally_v) = (ReadTally::default(), ReadTally::default());
+        // the present positions' rows read (`note_read`'s counts, added at the end)
+        let (mut misses, mut lines_read) = (0u64, 0u64);
         let mut first = 0u64;
         while first < u64::from(positions) {
             let end = (first + POSITIONS_PER_CHUNK).min(u64::from(positions));
@@ -355,9 +362,10 @@ impl Machine {
                 if self.present(presence_r, t) {
                     let row = self.kv_row_of(index_r, t);
                     let (kr, vr) = (row_at(k, row), row_at(v, row));
-                    self.note_row_read(&kr, &mut tally_k);
-                    self.note_row_read(&vr, &mut tally_v);
-                    self.counters.kv_history_misses += 1;
+                    tally_k.record(&mut self.regions, kr.start as u64, kr.len() as u64);
+                    tally_v.record(&mut self.regions, vr.start as u64, vr.len() as u64);
+                    lines_read += lines_touched(&kr) + lines_touched(&vr);
+                    misses += 1;
                     if slot {
                         self.hist_refresh.defer(t as usize, kvh0 + i, kr.clone(), vr.clone());
                     }
@@ -405,6 +413,10 @@ impl Machine {
         }
         tally_k.flush(&mut self.regions);
         tally_v.flush(&mut self.regions);
+        self.counters.kv_history_misses += misses;
+        self.work.bytes_read += misses * 4 * hd as u64;
+        self.work.mem_rows_read += 2 * misses;
+        self.work.mem_lines_read += lines_read;
         for (g, sm) in softmax.iter().enumerate() {
             let out = &mut self.spm[dst_r.start + g * 2 * hd..dst_r.start + (g + 1) * 2 * hd];
             for (i, &y) in sm.finish().iter().enumerate() {
