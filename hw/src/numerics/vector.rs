@@ -330,26 +330,58 @@ impl OnlineSoftmax {
     pub fn steps(group: &mut [OnlineSoftmax], scores: &[f32], c: &mut Vec<f32>, p: &mut Vec<f32>) {
         let heads = group.len();
         assert!(heads > 0 && scores.len().is_multiple_of(heads), "a score per position and head");
-        // the running maxima: per position and head the arguments of c and p (c's 0 where the maximum did
-        // not move: exp(0) is exactly the 1 of `step`)
         c.clear();
         c.resize(scores.len(), 0.0);
         p.clear();
         p.resize(scores.len(), 0.0);
-        for ((st, ct), pt) in scores.chunks_exact(heads).zip(c.chunks_exact_mut(heads)).zip(p.chunks_exact_mut(heads)) {
-            for (((sm, &s), c), p) in group.iter_mut().zip(st).zip(ct).zip(pt) {
-                let m_new = if s > sm.max || s.is_nan() { s } else { sm.max };
-                *c = if m_new == sm.max { 0.0 } else { sm.max - m_new };
-                *p = s - m_new;
-                sm.max = m_new;
+        // the state of up to four heads in locals (registers), the loops over the heads unrolled; more
+        // heads a head at a time
+        match heads {
+            1 => Self::passes::<1>(group, scores, c, p),
+            2 => Self::passes::<2>(group, scores, c, p),
+            3 => Self::passes::<3>(group, scores, c, p),
+            4 => Self::passes::<4>(group, scores, c, p),
+            _ => {
+                let n = scores.len() / heads;
+                let (mut ch, mut ph) = (vec![0.0; n], vec![0.0; n]);
+                for (h, sm) in group.iter_mut().enumerate() {
+                    let col: Vec<f32> = scores.iter().skip(h).step_by(heads).copied().collect();
+                    Self::passes::<1>(std::slice::from_mut(sm), &col, &mut ch, &mut ph);
+                    for (t, (&cv, &pv)) in ch.iter().zip(&ph).enumerate() {
+                        c[t * heads + h] = cv;
+                        p[t * heads + h] = pv;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The three passes of [`steps`](Self::steps) over `H` heads, their state in locals.
+    fn passes<const H: usize>(group: &mut [OnlineSoftmax], scores: &[f32], c: &mut [f32], p: &mut [f32]) {
+        assert!(group.len() == H && c.len() == scores.len() && p.len() == scores.len());
+        // the running maxima: per position and head the arguments of c and p (c's 0 where the maximum did
+        // not move: exp(0) is exactly the 1 of `step`)
+        let mut max: [f32; H] = std::array::from_fn(|h| group[h].max);
+        for ((st, ct), pt) in scores.chunks_exact(H).zip(c.chunks_exact_mut(H)).zip(p.chunks_exact_mut(H)) {
+            for h in 0..H {
+                let s = st[h];
+                let m_new = if s > max[h] || s.is_nan() { s } else { max[h] };
+                ct[h] = if m_new == max[h] { 0.0 } else { max[h] - m_new };
+                pt[h] = s - m_new;
+                max[h] = m_new;
             }
         }
         super::approx::exp_in_place(c);
         super::approx::exp_in_place(p);
-        for (ct, pt) in c.chunks_exact(heads).zip(p.chunks_exact(heads)) {
-            for ((sm, &c), &p) in group.iter_mut().zip(ct).zip(pt) {
-                sm.sum = sm.sum * c + p;
+        let mut sum: [f32; H] = std::array::from_fn(|h| group[h].sum);
+        for (ct, pt) in c.chunks_exact(H).zip(p.chunks_exact(H)) {
+            for h in 0..H {
+                sum[h] = sum[h] * ct[h] + pt[h];
             }
+        }
+        for (h, sm) in group.iter_mut().enumerate() {
+            sm.max = max[h];
+            sm.sum = sum[h];
         }
     }
 
@@ -447,7 +479,7 @@ mod tests {
             (seed >> 33) as u32
         };
         for case in 0..2000 {
-            let (n, heads) = (1 + (next() % 40) as usize, 1 + case % 4);
+            let (n, heads) = (1 + (next() % 40) as usize, 1 + case % 6);
             let scores: Vec<f32> = (0..n * heads)
                 .map(|_| match next() % 40 {
                     0 if case % 3 == 0 => [f32::INFINITY, f32::NEG_INFINITY, f32::NAN][(next() % 3) as usize],

@@ -99,6 +99,7 @@ impl HistoryRefresh {
         }
     }
 
+    #[inline]
     fn index(&self, slot: usize, head: usize) -> usize {
         assert!(head < self.per_slot, "KV head {head} beyond the slot's width");
         slot * self.per_slot + head
@@ -106,6 +107,7 @@ impl HistoryRefresh {
 
     /// Slot `slot`'s elements of KV head `head` (`head_dim` from `head x head_dim`) are to hold rows `k`, `v`
     /// (`2 head_dim` bytes each), replacing a pending refresh there, whose copy would be overwritten.
+    #[inline]
     pub fn defer(&mut self, slot: usize, head: usize, k: Range<usize>, v: Range<usize>) {
         assert!(k.len() == 2 * self.head_dim && v.len() == 2 * self.head_dim, "rows of the head_dim set");
         let i = self.index(slot, head);

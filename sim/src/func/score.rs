@@ -300,10 +300,20 @@ mod avx2 {
             return None;
         }
         let mut out = [0f64; N];
-        for h in 0..N {
+        if N <= 4 {
+            // the heads' lane sums side by side (exact integers: any order), one store
+            let v: [__m256d; 4] = std::array::from_fn(|h| if h < N { _mm256_add_pd(acc0[h], acc1[h]) } else { _mm256_setzero_pd() });
+            let (t01, t23) = (_mm256_hadd_pd(v[0], v[1]), _mm256_hadd_pd(v[2], v[3]));
+            let sums = _mm256_add_pd(_mm256_permute2f128_pd::<0x20>(t01, t23), _mm256_permute2f128_pd::<0x31>(t01, t23));
             let mut l = [0f64; 4];
-            _mm256_storeu_pd(l.as_mut_ptr(), _mm256_add_pd(acc0[h], acc1[h]));
-            out[h] = (l[0] + l[1]) + (l[2] + l[3]);
+            _mm256_storeu_pd(l.as_mut_ptr(), sums);
+            out.copy_from_slice(&l[..N]);
+        } else {
+            for h in 0..N {
+                let mut l = [0f64; 4];
+                _mm256_storeu_pd(l.as_mut_ptr(), _mm256_add_pd(acc0[h], acc1[h]));
+                out[h] = (l[0] + l[1]) + (l[2] + l[3]);
+            }
         }
         // the tail (head dims are multiples of 16: none in practice)
         for i in j..n {
