@@ -83,6 +83,7 @@ impl WideAcc {
     }
 
     /// Rounds to FP16 bits (nearest, ties to even; overflow to infinity; canonical NaN).
+    #[inline]
     pub fn to_f16(&self) -> u16 {
         if self.nonfinite {
             return F16_NAN;
@@ -91,6 +92,7 @@ impl WideAcc {
     }
 
     /// Rounds to FP32 (nearest, ties to even; overflow to infinity; canonical NaN).
+    #[inline]
     pub fn to_f32(&self) -> f32 {
         if self.nonfinite {
             return F32_NAN;
@@ -213,6 +215,9 @@ pub const F32_FORMAT: FloatFormat = FloatFormat { precision: 24, emin: -126, ema
 /// Rounds the exact value `v * 2^lsb_exp` to the nearest value of `fmt`, ties to even, with subnormals and
 /// overflow to infinity; returns the bit pattern. An exact zero is +0; a negative value too small to
 /// represent rounds to -0 (IEEE).
+///
+/// Inlined (a matmul rounds every output: at a call site with a constant format the rounding specializes),
+/// the 128-bit case out of line.
 #[inline]
 pub fn round_fixed(v: i128, lsb_exp: i32, fmt: &FloatFormat) -> u64 {
     let sign = if v < 0 { 1u64 << (fmt.width - 1) } else { 0 };
@@ -227,7 +232,14 @@ pub fn round_fixed(v: i128, lsb_exp: i32, fmt: &FloatFormat) -> u64 {
             return sign | bits;
         }
     }
-    sign | round_mag_u128(mag, lsb_exp, fmt).expect("a 128-bit magnitude always rounds")
+    sign | round_wide(mag, lsb_exp, fmt)
+}
+
+/// [`round_fixed`] of a magnitude the 64-bit rounding does not decide.
+#[cold]
+#[inline(never)]
+fn round_wide(mag: u128, lsb_exp: i32, fmt: &FloatFormat) -> u64 {
+    round_mag_u128(mag, lsb_exp, fmt).expect("a 128-bit magnitude always rounds")
 }
 
 /// The rounding of a nonzero magnitude `mag * 2^lsb_exp` (`round_fixed` without the sign), in the integer
