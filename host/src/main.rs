@@ -756,7 +756,7 @@ fn run(cli: Cli) -> Result<()> {
             for (backend, config) in runs {
                 // the peak resident memory of this backend's session alone (the previous one is dropped)
                 opu_host::bench::reset_peak_rss();
-                let mut session = ModelArgs {
+                let args = ModelArgs {
                     backend: backend.to_string(),
                     model: model.model.clone(),
                     threads: model.threads,
@@ -765,7 +765,8 @@ fn run(cli: Cli) -> Result<()> {
                     routers: if backend == "reference" { None } else { model.routers.clone() },
                     skip: if backend == "reference" { SkipArgs::default() } else { model.skip.clone() },
                     kv: model.kv.clone(),
-                }.open(json, Some(1))?;
+                };
+                let mut session = args.open(json, Some(1))?;
                 // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
                 let seed_ids = session.tokenizer.encode("The quick brown fox jumps over the lazy dog. In 1984, a little robot learned to count: 1, 2, 3.")?;
                 let prompt = |n: usize| -> Vec<u32> { seed_ids.iter().cycle().take(n).copied().collect() };
@@ -784,15 +785,7 @@ fn run(cli: Cli) -> Result<()> {
                 let long = match context {
                     Some(n) => {
                         let long = session.generate(&prompt(n), &GenerateParams { max_tokens: 1, ..params.clone() }, |_| {})?;
-                        let mut short = ModelArgs {
-                            backend: backend.to_string(),
-                            model: model.model.clone(),
-                            threads: model.threads,
-                            config: config.to_string(),
-                            routers: if backend == "reference" { None } else { model.routers.clone() },
-                            skip: if backend == "reference" { SkipArgs::default() } else { model.skip.clone() },
-                            kv: model.kv.clone(),
-                        }.open(true, Some(1))?;
+                        let mut short = args.open(true, Some(1))?;
                         // (the long session is at position n: its one sampled token needed no pass)
                         short.prefill(&prompt_ids)?;
                         let (mut at_long, mut at_short) = (Vec::new(), Vec::new());
