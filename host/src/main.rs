@@ -47,9 +47,9 @@ enum Command {
         #[arg(long, default_value = "main")]
         entry: String,
     },
-    /// Fetch a known model into the cache (checked by SHA-256) and print its path.
+    /// Fetch a known model or dataset into the cache (checked by SHA-256) and print its path.
     Fetch {
-        /// Model name (known: smollm2).
+        /// Name: smollm2 (GGUF), digits (a Keras digit classifier), mnist5k (5,000 MNIST digits, CSV).
         #[arg(default_value = "smollm2")]
         model: String,
         /// No progress output.
