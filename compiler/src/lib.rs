@@ -11,6 +11,7 @@ pub mod calibrate;
 pub mod gguf;
 pub mod interp;
 pub mod ir;
+pub mod keras;
 pub mod llama;
 pub mod lower;
 pub mod plan;

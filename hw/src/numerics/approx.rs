@@ -104,7 +104,9 @@ pub const EXP_LO: f32 = -89.0;
 /// ([`super::vector::OnlineSoftmax::steps`]).
 #[inline]
 pub fn exp(x: f32) -> f32 {
-    // the core on x within [-89, 89] (NaN: -89); the cases outside are selected at the end
+    // the core on x within [-89, 89] (NaN: -89, which `clamp` would keep NaN); the cases outside are selected
+    // at the end
+    #[allow(clippy::manual_clamp)]
     let xc = x.max(EXP_LO).min(EXP_HI);
     // |x * 64/ln2| <= 8218, so t lies in [2^23, 2^24) where the FP32 ulp is 1 and the low bits hold n.
     let t = xc * EXP_INV_C + ROUND_SHIFTER;

@@ -503,7 +503,7 @@ impl Kernel {
         // groups: a thread gathers each group it computes once (`RowReader`); and whole tiles of four rows
         // (`tiles`, several tokens).
         let group = job.layout.map_or(1, |l| l.group_rows() as usize);
-        let align = if group % 4 == 0 { group } else { group * 4 };
+        let align = if group.is_multiple_of(4) { group } else { group * 4 };
         let chunk = rows.div_ceil(self.threads * 4).max(8).next_multiple_of(align);
         self.for_each_chunk(&mut out, chunk * ntok, |first, o| self.rows(job, first / ntok, o));
         out

@@ -341,7 +341,7 @@ impl Machine {
         // of all its heads before any effect (so these are in memory).
         let (stride, mem_len) = (u64::from(self.csr(Csr::KvStride)), self.mem.len());
         let row_at = |base: u32, row: u64| {
-            let start = ((u64::from(base) + row * stride) * LINE_BYTES as u64) as usize;
+            let start = ((u64::from(base) + row * stride) * LINE_BYTES) as usize;
             debug_assert!(start + 2 * hd <= mem_len);
             start..start + 2 * hd
         };
