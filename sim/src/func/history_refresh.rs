@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-/// Device memory is tracked in pages of this many bytes: a write into a page with rows of a pending
+/// Device memory is tracked in pages of 2^PAGE_BITS bytes: a write into a page with rows of a pending
 /// refresh makes the machine copy the pending rows first.
 const PAGE_BITS: u32 = 12;
 
