@@ -83,8 +83,8 @@ pub fn open(path: &Path) -> Result<KerasModel, KerasError> {
         };
         let pair = |key: &str| -> Result<[usize; 2], KerasError> {
             match ints(key)?.as_slice() {
-                &[a, b] if a > 0 && b > 0 => Ok([a, b]),
-                v => Err(err(format!("`{key}`: expected two positive numbers, found {v:?}"))),
+                &[a, b] if (1..=1 << 16).contains(&a) && (1..=1 << 16).contains(&b) => Ok([a, b]),
+                v => Err(err(format!("`{key}`: expected two numbers from 1 to 65536, found {v:?}"))),
             }
         };
         let activation = |allowed: &[Activation]| -> Result<Activation, KerasError> {
@@ -116,8 +116,9 @@ pub fn open(path: &Path) -> Result<KerasModel, KerasError> {
                 let dims = c["batch_shape"].as_array().or(c["batch_input_shape"].as_array()).ok_or_else(|| err("no `batch_shape`".into()))?;
                 let dims: Vec<Option<u64>> = dims.iter().map(Value::as_u64).collect();
                 let s = match dims.as_slice() {
-                    [_, Some(h), Some(w), Some(ch)] if *h > 0 && *w > 0 && *ch > 0 => [*h as usize, *w as usize, *ch as usize],
-                    _ => return Err(err(format!("`batch_shape` {dims:?}: expected [batch, height, width, channels]"))),
+                    // (at most 2^16 each: no product of them overflows)
+                    [_, Some(h), Some(w), Some(ch)] if [h, w, ch].iter().all(|&&d| (1..=1 << 16).contains(&d)) => [*h as usize, *w as usize, *ch as usize],
+                    _ => return Err(err(format!("`batch_shape` {dims:?}: expected [batch, height, width, channels], each 1 to 65536"))),
                 };
                 model.input = s;
                 shape = Some(s);
@@ -142,7 +143,7 @@ pub fn open(path: &Path) -> Result<KerasModel, KerasError> {
                     Some("same") => true,
                     p => return Err(err(format!("padding {p:?}: expected valid or same"))),
                 };
-                let filters = c["filters"].as_u64().filter(|&f| f > 0).ok_or_else(|| err("`filters`: expected a positive number".into()))? as usize;
+                let filters = c["filters"].as_u64().filter(|&f| (1..=1 << 16).contains(&f)).ok_or_else(|| err("`filters`: expected 1 to 65536".into()))? as usize;
                 let out = |n: usize, k: usize, s: usize| if same { n.div_ceil(s) } else if n >= k { (n - k) / s + 1 } else { 0 };
                 let (oh, ow) = (out(h, kernel_size[0], strides[0]), out(w, kernel_size[1], strides[1]));
                 if oh == 0 || ow == 0 {
@@ -174,7 +175,7 @@ pub fn open(path: &Path) -> Result<KerasModel, KerasError> {
                 if h != 1 || w != 1 {
                     return Err(err(format!("a dense layer on a {h}x{w}x{n} input: flatten it first")));
                 }
-                let units = c["units"].as_u64().filter(|&u| u > 0).ok_or_else(|| err("`units`: expected a positive number".into()))? as usize;
+                let units = c["units"].as_u64().filter(|&u| (1..=1 << 16).contains(&u)).ok_or_else(|| err("`units`: expected 1 to 65536".into()))? as usize;
                 let kernel = var(0, &[n, units])?;
                 let bias = if c["use_bias"].as_bool() == Some(false) { vec![0.0; units] } else { var(1, &[units])? };
                 let activation = activation(&[Activation::Linear, Activation::Relu, Activation::Softmax])?;
@@ -288,6 +289,10 @@ mod tests {
         let f = edited(&path, "shape", |n, b| Some(if n == "config.json" { String::from_utf8(b).unwrap().replacen("\"filters\": 32", "\"filters\": 16", 1).into_bytes() } else { b }));
         let e = msg(&f);
         assert!(e.contains("layer `conv2d` (Conv2D)") && e.contains("layers/conv2d/vars/0") && e.contains("expected [3, 3, 1, 16]"), "{e}");
+        // an input shape out of range
+        let f = edited(&path, "input", |n, b| Some(if n == "config.json" { String::from_utf8(b).unwrap().replacen("[null, 28, 28, 1]", "[null, 28, 28, 99999999999]", 1).into_bytes() } else { b }));
+        let e = msg(&f);
+        assert!(e.contains("layer `input_layer` (InputLayer)") && e.contains("batch_shape"), "{e}");
         // not a zip at all
         let f = Scratch::new("notzip");
         std::fs::write(f.path(), b"GGUF not a keras file").unwrap();
