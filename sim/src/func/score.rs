@@ -125,12 +125,13 @@ pub(crate) fn score_group(simd: Simd, qs: &[Query], limit: f32, k: &[u16], scale
         Simd::Avx2 => {
             for (qc, oc) in qs.chunks(4).zip(out.chunks_mut(4)) {
                 // SAFETY: AVX2 and F16C are present (detected); the lengths are equal (asserted).
+                // (one row of [`avx2_rows`])
                 unsafe {
                     match qc.len() {
-                        1 => avx2_group::<1>(qc, limit, k, scale, oc),
-                        2 => avx2_group::<2>(qc, limit, k, scale, oc),
-                        3 => avx2_group::<3>(qc, limit, k, scale, oc),
-                        _ => avx2_group::<4>(qc, limit, k, scale, oc),
+                        1 => avx2_rows::<1>(qc, limit, scale, oc, |_| k),
+                        2 => avx2_rows::<2>(qc, limit, scale, oc, |_| k),
+                        3 => avx2_rows::<3>(qc, limit, scale, oc, |_| k),
+                        _ => avx2_rows::<4>(qc, limit, scale, oc, |_| k),
                     }
                 }
             }
@@ -163,7 +164,8 @@ pub(crate) fn score_rows<'a>(simd: Simd, qs: &[Query], limit: f32, scale: f32, o
     }
 }
 
-/// [`score_rows`] of `N` queries with AVX2.
+/// [`score_rows`] of `N` queries with AVX2; opu-hw's path for all of a row's scores when a query or the row
+/// is outside the fast path's bound.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn avx2_rows<'a, const N: usize>(qs: &[Query], limit: f32, scale: f32, out: &mut [f32], k_of: impl Fn(usize) -> &'a [u16]) {
@@ -182,26 +184,6 @@ unsafe fn avx2_rows<'a, const N: usize>(qs: &[Query], limit: f32, scale: f32, ou
                 for (o, q) in o.iter_mut().zip(qs) {
                     *o = slow(q, k, scale);
                 }
-            }
-        }
-    }
-}
-
-/// [`score_group`] of `N` queries with AVX2; opu-hw's path for all of them when a query or `k` is outside
-/// the fast path's bound.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn avx2_group<const N: usize>(qs: &[Query], limit: f32, k: &[u16], scale: f32, out: &mut [f32]) {
-    let scaled: [&[f64]; N] = std::array::from_fn(|h| qs[h].scaled.as_slice());
-    match avx2::sums::<N>(&scaled, k, limit) {
-        Some(sums) => {
-            for (o, sum) in out.iter_mut().zip(sums) {
-                *o = from_sum(sum, scale);
-            }
-        }
-        None => {
-            for (o, q) in out.iter_mut().zip(qs) {
-                *o = slow(q, k, scale);
             }
         }
     }

@@ -68,40 +68,39 @@ unsafe fn fold_avx2<'a>(softmax: &mut [OnlineSoftmax], rows: &[KvAt], scores: &[
     }).collect();
     let (mut c, mut p) = (Vec::with_capacity(scores.len()), Vec::with_capacity(scores.len()));
     OnlineSoftmax::steps(softmax, scores, &mut c, &mut p);
-    // up to four heads side by side (each V element widened once for all of them), 16 outputs at a time
-    match (group, hd % 32) {
-        (1, 0) => update_heads::<1, 4>(softmax, &c, &p, &v),
-        (2, 0) => update_heads::<2, 4>(softmax, &c, &p, &v),
-        (3, 0) => update_heads::<3, 4>(softmax, &c, &p, &v),
-        (1, _) => update_heads::<1, 2>(softmax, &c, &p, &v),
-        (2, _) => update_heads::<2, 2>(softmax, &c, &p, &v),
-        (3, _) => update_heads::<3, 2>(softmax, &c, &p, &v),
-        (4, _) => update_heads::<4, 2>(softmax, &c, &p, &v),
-        _ => {
-            for (h, sm) in softmax.iter_mut().enumerate() {
-                for j in (0..hd).step_by(16) {
-                    update_block::<2>(&mut sm.out[j..j + 16], (&c, &p, h, group), &v, j);
-                }
-            }
+    // up to four heads side by side (each V element widened once for all of them), 32 outputs of each at a
+    // time where head_dim allows (three heads or fewer: the registers), else 16
+    for (n, heads) in softmax.chunks_mut(4).enumerate() {
+        let at = (4 * n, group);
+        match (heads.len(), hd % 32) {
+            (1, 0) => update_heads::<1, 4>(heads, at, &c, &p, &v),
+            (2, 0) => update_heads::<2, 4>(heads, at, &c, &p, &v),
+            (3, 0) => update_heads::<3, 4>(heads, at, &c, &p, &v),
+            (1, _) => update_heads::<1, 2>(heads, at, &c, &p, &v),
+            (2, _) => update_heads::<2, 2>(heads, at, &c, &p, &v),
+            (3, _) => update_heads::<3, 2>(heads, at, &c, &p, &v),
+            _ => update_heads::<4, 2>(heads, at, &c, &p, &v),
         }
     }
 }
 
-/// The output update of `G` heads (`group[h]`, its factors `c[t G + h]`, `p` alike) over the positions
-/// (V rows `v[t]`), `8 W` outputs of every head at a time in registers.
+/// The output update of `G` heads (`heads[h]` is head `first + h` of a group of `group`: its factors are
+/// `c[t group + first + h]`, `p` alike) over the positions (V rows `v[t]`), `8 W` outputs of every head at a
+/// time in registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn update_heads<const G: usize, const W: usize>(group: &mut [OnlineSoftmax], c: &[f32], p: &[f32], v: &[*const u16]) {
+unsafe fn update_heads<const G: usize, const W: usize>(heads: &mut [OnlineSoftmax], (first, group): (usize, usize), c: &[f32], p: &[f32], v: &[*const u16]) {
     use std::arch::x86_64::*;
-    assert!(group.len() == G && c.len() == v.len() * G && p.len() == c.len());
-    let hd = group[0].out.len();
+    assert!(heads.len() == G && first + G <= group && c.len() == v.len() * group && p.len() == c.len());
+    let hd = heads[0].out.len();
     assert!(hd.is_multiple_of(8 * W));
     for j in (0..hd).step_by(8 * W) {
         let mut acc: [[__m256; W]; G] = std::array::from_fn(|h| {
-            let o = group[h].out.as_ptr().add(j);
+            let o = heads[h].out.as_ptr().add(j);
             std::array::from_fn(|i| _mm256_loadu_ps(o.add(8 * i)))
         });
-        for ((ct, pt), &vt) in c.chunks_exact(G).zip(p.chunks_exact(G)).zip(v) {
+        for ((ct, pt), &vt) in c.chunks_exact(group).zip(p.chunks_exact(group)).zip(v) {
+            let (ct, pt) = (&ct[first..first + G], &pt[first..first + G]);
             let vt = vt.add(j);
             let x: [__m256; W] = std::array::from_fn(|i| _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8 * i) as *const __m128i)));
             for h in 0..G {
@@ -119,40 +118,11 @@ unsafe fn update_heads<const G: usize, const W: usize>(group: &mut [OnlineSoftma
             }
         }
         for (h, a) in acc.iter().enumerate() {
-            let o = group[h].out.as_mut_ptr().add(j);
+            let o = heads[h].out.as_mut_ptr().add(j);
             for (i, a) in a.iter().enumerate() {
                 _mm256_storeu_ps(o.add(8 * i), *a);
             }
         }
-    }
-}
-
-/// `o <- o c_t + p_t v_t` over the positions `t` (head `h`'s factors: `c[t group + h]`, `p` alike), for
-/// the `8 W` output elements `o` from element `at` of each V row (`v[t]`), in `W` registers.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn update_block<const W: usize>(o: &mut [f32], (c, p, h, group): (&[f32], &[f32], usize, usize), v: &[*const u16], at: usize) {
-    use std::arch::x86_64::*;
-    assert!(o.len() == 8 * W && c.len() == v.len() * group && p.len() == c.len() && h < group);
-    let mut acc: [__m256; W] = std::array::from_fn(|i| _mm256_loadu_ps(o.as_ptr().add(8 * i)));
-    for ((&c, &p), &vt) in c[h..].iter().step_by(group).zip(p[h..].iter().step_by(group)).zip(v) {
-        let pv = _mm256_set1_ps(p);
-        let vt = vt.add(at);
-        if c == 1.0 {
-            for (i, a) in acc.iter_mut().enumerate() {
-                let x = _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8 * i) as *const __m128i));
-                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, x));
-            }
-        } else {
-            let cv = _mm256_set1_ps(c);
-            for (i, a) in acc.iter_mut().enumerate() {
-                let x = _mm256_cvtph_ps(_mm_loadu_si128(vt.add(8 * i) as *const __m128i));
-                *a = _mm256_add_ps(_mm256_mul_ps(*a, cv), _mm256_mul_ps(pv, x));
-            }
-        }
-    }
-    for (i, a) in acc.iter().enumerate() {
-        _mm256_storeu_ps(o.as_mut_ptr().add(8 * i), *a);
     }
 }
 
