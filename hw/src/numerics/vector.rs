@@ -313,12 +313,21 @@ impl OnlineSoftmax {
     /// `o c + p v` ([`axpby`]). The reduction unit computes this and hands `c`, `p` to the vector lanes.
     #[inline]
     pub fn step(&mut self, score: f32) -> (f32, f32) {
-        let m_new = if score > self.max || score.is_nan() { score } else { self.max };
-        let c = if m_new == self.max { 1.0 } else { exp(self.max - m_new) };
-        let p = exp(score - m_new);
+        let (m_new, c_arg, p_arg) = Self::arguments(self.max, score);
+        let c = if m_new == self.max { 1.0 } else { exp(c_arg) };
+        let p = exp(p_arg);
         self.sum = self.sum * c + p;
         self.max = m_new;
         (c, p)
+    }
+
+    /// The new maximum `m'` after score `s` from maximum `m` (a NaN score wins), and the arguments of `c`
+    /// (`m - m'`; 0 where the maximum did not move, whose `exp` is exactly the 1 `step` takes there) and
+    /// of `p` (`s - m'`).
+    #[inline(always)]
+    fn arguments(m: f32, s: f32) -> (f32, f32, f32) {
+        let m_new = if s > m || s.is_nan() { s } else { m };
+        (m_new, if m_new == m { 0.0 } else { m - m_new }, s - m_new)
     }
 
     /// [`step`](Self::step) of a group of heads (`group[h]`) over positions: `scores[t * heads + h]` is
@@ -359,16 +368,11 @@ impl OnlineSoftmax {
     /// The three passes of [`steps`](Self::steps) over `H` heads, their state in locals.
     fn passes<const H: usize>(group: &mut [OnlineSoftmax], scores: &[f32], c: &mut [f32], p: &mut [f32]) {
         assert!(group.len() == H && c.len() == scores.len() && p.len() == scores.len());
-        // the running maxima: per position and head the arguments of c and p (c's 0 where the maximum did
-        // not move: exp(0) is exactly the 1 of `step`)
+        // the running maxima: per position and head the arguments of c and p
         let mut max: [f32; H] = std::array::from_fn(|h| group[h].max);
         for ((st, ct), pt) in scores.chunks_exact(H).zip(c.chunks_exact_mut(H)).zip(p.chunks_exact_mut(H)) {
             for h in 0..H {
-                let s = st[h];
-                let m_new = if s > max[h] || s.is_nan() { s } else { max[h] };
-                ct[h] = if m_new == max[h] { 0.0 } else { max[h] - m_new };
-                pt[h] = s - m_new;
-                max[h] = m_new;
+                (max[h], ct[h], pt[h]) = Self::arguments(max[h], st[h]);
             }
         }
         super::approx::exp_in_place(c);
