@@ -221,29 +221,15 @@ mod avx2 {
     /// scalar path.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn accumulate_row(fmt: WeightFormat, row: &[u8], acts: &AlignedActs, sq: &[i32], acc: &mut WideAcc) {
-        let bb = fmt.block_bytes();
-        let p = row.as_ptr();
-        accumulate_row_with(fmt, row, acts, sq, acc, |b, at, n| scales4(p.add(b * bb), bb, at, n))
-    }
-
-    /// The epilogue of [`accumulate_row`], its scales from `scales(b, at, n)` (the `n` blocks from `b`, `d`
-    /// at 0 or `m` at 2: what [`scales4`] gives).
-    // (AVX2 here rather than `inline(always)`, so that the closures inside compile for it too)
-    #[target_feature(enable = "avx2")]
-    unsafe fn accumulate_row_with(
-        fmt: WeightFormat,
-        row: &[u8],
-        acts: &AlignedActs,
-        sq: &[i32],
-        acc: &mut WideAcc,
-        scales: impl Fn(usize, usize, usize) -> (__m256i, __m256i, __m256i),
-    ) {
         const GROUPS_PER_FOLD: u32 = 32;
         let bb = fmt.block_bytes();
         let nb = acts.blocks();
         assert!(row.len() == nb * bb && sq.len() >= nb && acts.scale_exp.len() == nb && acts.sum.len() == nb);
         let mut sum = TermSum::new(*acc);
         let (x, sa) = (acts.scale_exp.as_ptr(), acts.sum.as_ptr());
+        // the `n` blocks from `b`: their `d` (at 0) or `m` (at 2)
+        let p = row.as_ptr();
+        let scales = |b: usize, at: usize, n: usize| scales4(p.add(b * bb), bb, at, n);
         let seven = _mm256_set1_epi64x(7);
         let fifteen = _mm256_set1_epi64x(15);
         let mut lanes = _mm256_setzero_si256();
