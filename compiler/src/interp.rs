@@ -8,6 +8,10 @@
 //! A forward pass runs a batch of tokens at the next positions (a prompt, then one token at a time); each node
 //! runs once over the whole batch, and each [`Op::Attention`] node appends the batch's K and V rows to its
 //! layer's KV cache before attending causally. A batch gives the same bits as the same tokens one at a time.
+//!
+//! A graph whose input is a vector or an image (a CNN, `crate::cnn`) runs on rows of that input instead
+//! ([`Interpreter::forward_rows`]), each row on its own: convolutions and dense layers sum their products
+//! in the kernel's index order (`ky`, `kx`, input channel), then add the bias.
 
 use crate::gguf::Gguf;
 use crate::ir::{build_llama, Block, Graph, Op, Shape};
@@ -93,6 +97,41 @@ impl Interpreter {
     pub fn new(g: &Gguf) -> Result<Self, ModelError> {
         let cfg = LlamaConfig::from_gguf(g)?;
         Self::with_graph(build_llama(&cfg), g)
+    }
+
+    /// Runs `graph` (whose one input is a vector or an image) with `weights` by tensor name, checked by
+    /// length against the nodes ([`Graph::check_weights`]; `source` names where they came from).
+    pub fn with_weights(graph: Graph, weights: HashMap<String, Vec<f32>>, source: &str) -> Result<Self, ModelError> {
+        graph.check_weights(&weights, source)?;
+        match graph.inputs.as_slice() {
+            [i] if matches!(i.shape, Shape::Vector(_) | Shape::Image { .. }) => {}
+            _ => return Err(ModelError::Graph { what: format!("{source}: a graph of weights takes exactly one input, a vector or an image") }),
+        }
+        if graph.nodes.iter().any(|n| matches!(n.op, Op::Embedding { .. } | Op::Attention { .. })) {
+            return Err(ModelError::Graph { what: format!("{source}: embeddings and attention take GGUF weights (`Interpreter::new`)") });
+        }
+        Ok(Interpreter { graph: Arc::new(graph), weights: Arc::new(weights), vocab: 0, cache: vec![], pos: 0 })
+    }
+
+    /// Runs `rows` (rows of the graph's input, back to back) through a graph of [`Interpreter::with_weights`]
+    /// and returns the output rows, back to back.
+    pub fn forward_rows(&mut self, rows: &[f32]) -> Result<Vec<f32>, ModelError> {
+        self.forward_rows_observed(rows, &mut |_, _| {})
+    }
+
+    /// [`Interpreter::forward_rows`], calling `observe` with every node and its output rows (what the
+    /// fixed-point calibration measures, `crate::cnn`).
+    pub fn forward_rows_observed(&mut self, rows: &[f32], observe: &mut dyn FnMut(&crate::ir::Node, &[f32])) -> Result<Vec<f32>, ModelError> {
+        let input = match self.graph.inputs.as_slice() {
+            [i] if i.shape != Shape::Token => i.shape,
+            _ => return Err(ModelError::Input { what: "forward_rows runs graphs whose input is a vector or an image".into() }),
+        };
+        if rows.is_empty() || rows.len() % input.len() != 0 {
+            return Err(ModelError::Input { what: format!("{} values are not whole rows of the input {input}", rows.len()) });
+        }
+        let mut values = vec![None; self.graph.value_count()];
+        self.exec(PassInput::Rows(rows), 0, &mut values, None, None, Some(observe), true);
+        Ok(values[self.graph.output.index()].take().expect("the output is kept"))
     }
 
     /// Loads the weights of `graph` from `g` after validating the graph against the file.
@@ -195,7 +234,7 @@ impl Interpreter {
         self.check(tokens)?;
         let graph = Arc::clone(&self.graph);
         let mut dense = vec![None; graph.value_count()];
-        self.exec(tokens, 0, &mut dense, None, None, false);
+        self.exec(PassInput::Tokens(tokens), 0, &mut dense, None, None, None, false);
         // the dense pass's K/V rows of the tokens, put back after the passes without a block
         let n = tokens.len();
         let appended: Vec<(Vec<f32>, Vec<f32>)> = self
@@ -217,7 +256,7 @@ impl Interpreter {
                     values[v] = dense[v].clone();
                 }
             }
-            self.exec(tokens, first, &mut values, Some(&mut |l2: usize, b2: Block, _: &[f32]| l2 == l && b2 == b), None, true);
+            self.exec(PassInput::Tokens(tokens), first, &mut values, Some(&mut |l2: usize, b2: Block, _: &[f32]| l2 == l && b2 == b), None, None, true);
             each(DroppedBlock {
                 layer: l,
                 block: b,
@@ -260,7 +299,7 @@ impl Interpreter {
     ) -> Result<Forward, ModelError> {
         self.check(tokens)?;
         let mut values = vec![None; self.graph.value_count()];
-        self.exec(tokens, 0, &mut values, skips, observe, true);
+        self.exec(PassInput::Tokens(tokens), 0, &mut values, skips, observe, None, true);
         self.pos += tokens.len();
         Ok(self.collect(&values, tokens.len()))
     }
@@ -278,16 +317,25 @@ impl Interpreter {
     /// holding what those nodes read from before `start`. Each attention node first drops the cache rows at
     /// `pos..` (none in a first pass; a pass resumed at a block replaces the rows of the pass before it).
     /// With `free`, a value is dropped at its last use unless the pass returns it.
+    #[allow(clippy::too_many_arguments)]
     fn exec(
         &mut self,
-        tokens: &[u32],
+        input: PassInput<'_>,
         start: usize,
         values: &mut [Option<Vec<f32>>],
         mut skips: Option<Decide<'_>>,
         mut observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
+        mut observe_nodes: Option<&mut dyn FnMut(&crate::ir::Node, &[f32])>,
         free: bool,
     ) {
-        let n = tokens.len();
+        let (tokens, n) = match input {
+            PassInput::Tokens(t) => (t, t.len()),
+            PassInput::Rows(rows) => {
+                let input = &self.graph.inputs[0];
+                values[input.value.index()] = Some(rows.to_vec());
+                (&[][..], rows.len() / input.shape.len())
+            }
+        };
         let graph = Arc::clone(&self.graph);
         let weights = Arc::clone(&self.weights);
         let w = |name: &str| weights[name].as_slice();
@@ -352,8 +400,20 @@ impl Interpreter {
                     }
                     arg(0).iter().zip(arg(1)).map(|(&a, &b)| a + b).collect()
                 }
+                &Op::Rescale { scale, offset } => arg(0).iter().map(|&x| x * scale + offset).collect(),
+                &Op::Conv2d { ref weight, ref bias, kernel, stride, pad, relu, .. } => {
+                    let in_shape = graph_shape(&graph, node.inputs[0]);
+                    conv2d(arg(0), in_shape, node.shape, w(weight), w(bias), kernel, stride, pad, relu)
+                }
+                &Op::MaxPool { kernel, stride } => maxpool(arg(0), graph_shape(&graph, node.inputs[0]), node.shape, kernel, stride),
+                Op::Flatten => arg(0).to_vec(),
+                &Op::Dense { ref weight, ref bias, rows, cols, relu } => dense(arg(0), w(weight), w(bias), rows, cols, relu),
+                Op::Softmax => arg(0).chunks_exact(len).flat_map(softmax).collect(),
             };
             debug_assert_eq!(out.len(), n * len, "node `{}`", node.name);
+            if let Some(observe) = observe_nodes.as_mut() {
+                observe(node, &out);
+            }
             values[node.output.index()] = Some(out);
             for v in &node.inputs {
                 if last_use[v.index()] == i && !keep[v.index()] {
@@ -362,6 +422,97 @@ impl Interpreter {
             }
         }
     }
+}
+
+/// The input of a pass: token ids (a language model) or rows of the graph's vector or image input.
+#[derive(Clone, Copy)]
+enum PassInput<'a> {
+    Tokens(&'a [u32]),
+    Rows(&'a [f32]),
+}
+
+/// The shape of value `v` (an input or a node's output).
+fn graph_shape(graph: &Graph, v: crate::ir::ValueId) -> Shape {
+    graph.inputs.iter().find(|i| i.value == v).map(|i| i.shape).or_else(|| graph.nodes.iter().find(|n| n.output == v).map(|n| n.shape)).expect("checked: defined")
+}
+
+/// A 2-D convolution of each image of `x` (`input`, HWC) to `out` (HWC), kernel `[k][k][in][out]`: each
+/// output sums its products in the order (`ky`, `kx`, input channel) from zero, then adds its bias; ReLU if
+/// asked. The output channels advance side by side (each its own sum, so the order holds).
+#[allow(clippy::too_many_arguments)]
+fn conv2d(x: &[f32], input: Shape, out: Shape, kernel: &[f32], bias: &[f32], k: usize, stride: usize, pad: usize, relu: bool) -> Vec<f32> {
+    let (Shape::Image { h, w, c: cin }, Shape::Image { h: oh, w: ow, c: cout }) = (input, out) else { unreachable!("checked: images") };
+    let mut y = Vec::with_capacity(x.len() / (h * w * cin) * oh * ow * cout);
+    let mut acc = vec![0f32; cout];
+    for img in x.chunks_exact(h * w * cin) {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                acc.iter_mut().for_each(|a| *a = 0.0);
+                for ky in 0..k {
+                    let Some(iy) = (oy * stride + ky).checked_sub(pad).filter(|&iy| iy < h) else { continue };
+                    for kx in 0..k {
+                        let Some(ix) = (ox * stride + kx).checked_sub(pad).filter(|&ix| ix < w) else { continue };
+                        let px = &img[(iy * w + ix) * cin..][..cin];
+                        for (ci, &v) in px.iter().enumerate() {
+                            let wrow = &kernel[((ky * k + kx) * cin + ci) * cout..][..cout];
+                            for (a, &wv) in acc.iter_mut().zip(wrow) {
+                                *a += v * wv;
+                            }
+                        }
+                    }
+                }
+                y.extend(acc.iter().zip(bias).map(|(&a, &b)| if relu { (a + b).max(0.0) } else { a + b }));
+            }
+        }
+    }
+    y
+}
+
+/// Max-pooling of each image of `x` (`input`, HWC) over `k x k` windows `stride` apart.
+fn maxpool(x: &[f32], input: Shape, out: Shape, k: usize, stride: usize) -> Vec<f32> {
+    let (Shape::Image { h, w, c }, Shape::Image { h: oh, w: ow, .. }) = (input, out) else { unreachable!("checked: images") };
+    let mut y = Vec::with_capacity(x.len() / (h * w * c) * oh * ow * c);
+    for img in x.chunks_exact(h * w * c) {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for ch in 0..c {
+                    let mut m = f32::NEG_INFINITY;
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            m = m.max(img[((oy * stride + ky) * w + ox * stride + kx) * c + ch]);
+                        }
+                    }
+                    y.push(m);
+                }
+            }
+        }
+    }
+    y
+}
+
+/// `x W + b` per row of `x` (`cols` long), `W` stored `[cols][rows]`: each output sums its products in
+/// input order from zero, then adds its bias; ReLU if asked.
+fn dense(x: &[f32], kernel: &[f32], bias: &[f32], rows: usize, cols: usize, relu: bool) -> Vec<f32> {
+    let mut y = Vec::with_capacity(x.len() / cols * rows);
+    let mut acc = vec![0f32; rows];
+    for row in x.chunks_exact(cols) {
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        for (i, &v) in row.iter().enumerate() {
+            for (a, &wv) in acc.iter_mut().zip(&kernel[i * rows..][..rows]) {
+                *a += v * wv;
+            }
+        }
+        y.extend(acc.iter().zip(bias).map(|(&a, &b)| if relu { (a + b).max(0.0) } else { a + b }));
+    }
+    y
+}
+
+/// `exp(x - max) / sum`, in f32.
+pub fn softmax(x: &[f32]) -> Vec<f32> {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = x.iter().map(|&v| (v - max).exp()).collect();
+    let sum: f32 = e.iter().sum();
+    e.into_iter().map(|v| v / sum).collect()
 }
 
 /// `||a - b|| / ||b||` in f64 (0 when both are zero, infinite when only `b` is).

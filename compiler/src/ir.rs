@@ -1,14 +1,16 @@
-//! The graph IR: a typed, per-token dataflow graph of the llama architecture.
+//! The graph IR: a typed dataflow graph, one per network, whichever front end built it.
 //!
-//! Every value is one token's worth of data: a token id (the graph's input) or a vector of f32 of a fixed
-//! length ([`Shape`]). The graph runs once per token, at that token's position; the only state carried
-//! between tokens is each layer's KV cache, which the [`Op::Attention`] node of that layer reads and appends
-//! to. Weights are named by their GGUF tensor names and are stored `[rows][cols]` as GGUF stores them
-//! (`dims = [cols, rows]`, the row fastest).
+//! A graph runs once per row of its input: a token of a language model, an image of a CNN. Every value is
+//! one row's worth of data ([`Shape`]): a token id, a vector of f32, or an HWC image of f32. For a language
+//! model the only state carried between rows is each layer's KV cache, which the [`Op::Attention`] node of
+//! that layer reads and appends to; a CNN's rows are independent.
 //!
-//! [`build_llama`] builds the graph from [`LlamaConfig`]; [`Graph::check`] checks its structure and
-//! [`Graph::validate`] also checks every weight against a GGUF file; `Display` prints one node per line.
-//! `crate::interp` runs the graph in f32.
+//! Two front ends build graphs: [`build_llama`] from a GGUF llama's hyperparameters (weights named by their
+//! GGUF tensor names, `[rows][cols]` as GGUF stores them, `dims = [cols, rows]`, the row fastest), and
+//! `crate::cnn` from a Keras model (weights in Keras' channels-last layouts, named `<layer>.kernel` and
+//! `<layer>.bias`). [`Graph::check`] checks the structure, [`Graph::validate`] a llama's weights against its
+//! GGUF file and [`Graph::check_weights`] any graph's weights by length; `Display` prints one node per line.
+//! `crate::interp` runs any graph in f32 (the float reference of every network).
 
 use crate::gguf::Gguf;
 use crate::llama::{tensor, LayerNames, LlamaConfig, ModelError, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
@@ -30,21 +32,24 @@ impl fmt::Display for ValueId {
     }
 }
 
-/// The type of a value, per token.
+/// The type of a value, per row (a token, an image).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     /// One token id.
     Token,
     /// A vector of this many f32.
     Vector(usize),
+    /// An image of f32, `[h][w][c]` (channels last).
+    Image { h: usize, w: usize, c: usize },
 }
 
 impl Shape {
-    /// Elements per token (a token id is one element).
+    /// Elements per row (a token id is one element).
     pub fn len(self) -> usize {
         match self {
             Shape::Token => 1,
             Shape::Vector(n) => n,
+            Shape::Image { h, w, c } => h * w * c,
         }
     }
     pub fn is_empty(self) -> bool {
@@ -57,6 +62,7 @@ impl fmt::Display for Shape {
         match self {
             Shape::Token => write!(f, "token"),
             Shape::Vector(n) => write!(f, "f32[{n}]"),
+            Shape::Image { h, w, c } => write!(f, "f32[{h} x {w} x {c}]"),
         }
     }
 }
@@ -81,6 +87,20 @@ pub enum Op {
     SwiGlu,
     /// `(a, b) -> a + b`.
     Add,
+    /// `(x) -> x * scale + offset` (Keras' `Rescaling`).
+    Rescale { scale: f32, offset: f32 },
+    /// `(x[h x w x in_channels]) -> y[oh x ow x out_channels]`: a 2-D convolution with `pad` zeros on every
+    /// side, then the bias, then ReLU if `relu`. The kernel is stored `[kernel][kernel][in][out]` (Keras'
+    /// HWIO), the bias `[out]`.
+    Conv2d { weight: String, bias: String, kernel: usize, stride: usize, pad: usize, in_channels: usize, out_channels: usize, relu: bool },
+    /// `(x[h x w x c]) -> the maximum of each `kernel x kernel` window, `stride` apart (no padding).
+    MaxPool { kernel: usize, stride: usize },
+    /// `(x[h x w x c]) -> the same values as a vector, in HWC order (Keras' `Flatten` of channels-last data).
+    Flatten,
+    /// `(x[cols]) -> x W + b`, then ReLU if `relu`: `W` stored `[cols][rows]` (Keras' `[in][units]`), `b` `[rows]`.
+    Dense { weight: String, bias: String, rows: usize, cols: usize, relu: bool },
+    /// `(x) -> exp(x - max x) / sum exp(x - max x)`.
+    Softmax,
 }
 
 impl Op {
@@ -94,16 +114,44 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::SwiGlu => "swiglu",
             Op::Add => "add",
+            Op::Rescale { .. } => "rescale",
+            Op::Conv2d { .. } => "conv2d",
+            Op::MaxPool { .. } => "maxpool",
+            Op::Flatten => "flatten",
+            Op::Dense { .. } => "dense",
+            Op::Softmax => "softmax",
         }
     }
 
-    /// The weight tensor this op reads, if any.
+    /// The weight tensor this op reads, if any (a convolution's or dense layer's kernel; see [`Op::bias`]).
     pub fn weight(&self) -> Option<&str> {
         match self {
             Op::Embedding { table, .. } => Some(table),
             Op::RmsNorm { gain, .. } => Some(gain),
-            Op::MatMul { weight, .. } => Some(weight),
+            Op::MatMul { weight, .. } | Op::Conv2d { weight, .. } | Op::Dense { weight, .. } => Some(weight),
             _ => None,
+        }
+    }
+
+    /// The bias tensor this op reads, if any.
+    pub fn bias(&self) -> Option<&str> {
+        match self {
+            Op::Conv2d { bias, .. } | Op::Dense { bias, .. } => Some(bias),
+            _ => None,
+        }
+    }
+
+    /// Every tensor the op reads, with its number of elements (given the node's output shape).
+    pub fn tensor_lens(&self, out: Shape) -> Vec<(&str, usize)> {
+        match self {
+            &Op::Conv2d { ref weight, ref bias, kernel, in_channels, out_channels, .. } => {
+                vec![(weight.as_str(), kernel * kernel * in_channels * out_channels), (bias.as_str(), out_channels)]
+            }
+            &Op::Dense { ref weight, ref bias, rows, cols, .. } => vec![(weight.as_str(), rows * cols), (bias.as_str(), rows)],
+            _ => match (self.weight(), self.weight_dims(out)) {
+                (Some(name), Some(dims)) => vec![(name, dims.iter().product::<u64>() as usize)],
+                _ => vec![],
+            },
         }
     }
 
@@ -130,6 +178,16 @@ impl fmt::Display for Op {
             }
             Op::SwiGlu => write!(f, "swiglu"),
             Op::Add => write!(f, "add"),
+            Op::Rescale { scale, offset } => write!(f, "rescale scale={scale:e} offset={offset}"),
+            Op::Conv2d { weight, bias, kernel, stride, pad, in_channels, out_channels, relu } => write!(
+                f,
+                "conv2d {weight} {bias} [{kernel} x {kernel} x {in_channels} x {out_channels}] stride={stride} pad={pad}{}",
+                if *relu { " relu" } else { "" }
+            ),
+            Op::MaxPool { kernel, stride } => write!(f, "maxpool {kernel}x{kernel} stride={stride}"),
+            Op::Flatten => write!(f, "flatten"),
+            Op::Dense { weight, bias, rows, cols, relu } => write!(f, "dense {weight} {bias} [{cols} x {rows}]{}", if *relu { " relu" } else { "" }),
+            Op::Softmax => write!(f, "softmax"),
         }
     }
 }
@@ -191,25 +249,34 @@ pub struct Graph {
 }
 
 /// Builds a graph node by node.
-struct Builder {
-    g: Graph,
+pub(crate) struct Builder {
+    pub(crate) g: Graph,
     next: u32,
     layer: Option<usize>,
     block: Option<Block>,
 }
 
 impl Builder {
+    /// An empty graph of this context length (0 for a graph without KV caches).
+    pub(crate) fn new(context_length: usize) -> Self {
+        Builder {
+            g: Graph { nodes: vec![], inputs: vec![], output: ValueId(0), layer_outputs: vec![], context_length },
+            next: 0,
+            layer: None,
+            block: None,
+        }
+    }
     fn value(&mut self) -> ValueId {
         let v = ValueId(self.next);
         self.next += 1;
         v
     }
-    fn input(&mut self, name: &str, shape: Shape) -> ValueId {
+    pub(crate) fn input(&mut self, name: &str, shape: Shape) -> ValueId {
         let value = self.value();
         self.g.inputs.push(Input { value, name: name.into(), shape });
         value
     }
-    fn node(&mut self, name: String, op: Op, inputs: &[ValueId], shape: Shape) -> ValueId {
+    pub(crate) fn node(&mut self, name: String, op: Op, inputs: &[ValueId], shape: Shape) -> ValueId {
         let output = self.value();
         self.g.nodes.push(Node { op, inputs: inputs.to_vec(), output, shape, layer: self.layer, block: self.block, name });
         output
@@ -221,12 +288,7 @@ pub fn build_llama(cfg: &LlamaConfig) -> Graph {
     let (e, hd) = (cfg.n_embd, cfg.head_dim);
     let (q_len, kv_len) = (cfg.n_head * hd, cfg.n_head_kv * hd);
     let vec = Shape::Vector;
-    let mut b = Builder {
-        g: Graph { nodes: vec![], inputs: vec![], output: ValueId(0), layer_outputs: vec![], context_length: cfg.context_length },
-        next: 0,
-        layer: None,
-        block: None,
-    };
+    let mut b = Builder::new(cfg.context_length);
     let token = b.input("token", Shape::Token);
     let mut x = b.node("token_embd".into(), Op::Embedding { table: TOKEN_EMBD.into(), vocab: cfg.vocab, dim: e }, &[token], vec(e));
     let matmul = |w: &str, rows: usize, cols: usize| Op::MatMul { weight: w.into(), rows, cols };
@@ -372,6 +434,42 @@ impl Graph {
                     Some(s) if vector(s) => (vec![*s, *s], *s),
                     _ => (vec![node.shape, node.shape], node.shape),
                 },
+                Op::Rescale { scale, offset } => {
+                    if !(scale.is_finite() && offset.is_finite()) {
+                        return err(format!("{at}: scale {scale} and offset {offset} must be finite"));
+                    }
+                    match ins.first() {
+                        Some(s @ (Shape::Vector(_) | Shape::Image { .. })) => (vec![*s], *s),
+                        _ => (vec![node.shape], node.shape),
+                    }
+                }
+                Op::Conv2d { kernel, stride, pad, in_channels, out_channels, .. } => {
+                    if kernel == 0 || stride == 0 || out_channels == 0 {
+                        return err(format!("{at}: kernel {kernel}, stride {stride} and {out_channels} output channels must be positive"));
+                    }
+                    match ins.first() {
+                        Some(&Shape::Image { h, w, c }) if c == in_channels && kernel <= h + 2 * pad && kernel <= w + 2 * pad => {
+                            let o = |n: usize| (n + 2 * pad - kernel) / stride + 1;
+                            (vec![Shape::Image { h, w, c }], Shape::Image { h: o(h), w: o(w), c: out_channels })
+                        }
+                        _ => return err(format!("{at}: takes an image of {in_channels} channels at least {kernel} x {kernel} with padding {pad}, found ({})", ins.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))),
+                    }
+                }
+                Op::MaxPool { kernel, stride } => match ins.first() {
+                    Some(&Shape::Image { h, w, c }) if kernel > 0 && stride > 0 && kernel <= h && kernel <= w => {
+                        (vec![Shape::Image { h, w, c }], Shape::Image { h: (h - kernel) / stride + 1, w: (w - kernel) / stride + 1, c })
+                    }
+                    _ => return err(format!("{at}: takes an image at least {kernel} x {kernel} (stride {stride} > 0)")),
+                },
+                Op::Flatten => match ins.first() {
+                    Some(&s @ Shape::Image { .. }) => (vec![s], Shape::Vector(s.len())),
+                    _ => return err(format!("{at}: takes an image")),
+                },
+                Op::Dense { rows, cols, .. } => (vec![Shape::Vector(cols)], Shape::Vector(rows)),
+                Op::Softmax => match ins.first() {
+                    Some(s) if vector(s) => (vec![*s], *s),
+                    _ => (vec![node.shape], node.shape),
+                },
             };
             if ins != want_in {
                 let f = |v: &[Shape]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ");
@@ -386,6 +484,24 @@ impl Graph {
             match defined.get(v.index()).copied().flatten() {
                 Some(Shape::Vector(_)) => {}
                 _ => return err(format!("{what} {v} is not a vector the graph defines")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the structure ([`Graph::check`]) and that `weights` holds every tensor a node reads with the
+    /// number of elements the node implies; `source` names where the weights came from in errors.
+    pub fn check_weights(&self, weights: &std::collections::HashMap<String, Vec<f32>>, source: &str) -> Result<(), ModelError> {
+        self.check()?;
+        for node in &self.nodes {
+            for (name, want) in node.op.tensor_lens(node.shape) {
+                match weights.get(name) {
+                    None => return Err(ModelError::Graph { what: format!("{source}: node `{}` reads tensor `{name}`, which is missing", node.name) }),
+                    Some(t) if t.len() != want => {
+                        return Err(ModelError::Graph { what: format!("{source}: tensor `{name}` of node `{}` has {} values, the node takes {want}", node.name, t.len()) })
+                    }
+                    Some(_) => {}
+                }
             }
         }
         Ok(())

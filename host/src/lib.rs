@@ -1,6 +1,7 @@
 //! `opu-host`: the OPU runtime.
 //!
 //! - [`cache`]: the model cache (`opu fetch`), models fetched from their registry and checked by SHA-256.
+//! - [`cnn`]: a Keras CNN classifier on a backend (`opu classify`) and measured on a dataset (`opu eval --dataset`).
 //! - [`calibration`]: routers calibrated for a target skip rate (`--skip`), cached in the model cache.
 //! - [`tokenizer`]: the tokenizer and chat template, built from the GGUF's metadata.
 //! - [`backend`]: the `Backend` trait and opening a backend by name (`reference`, `auto`, ...).
@@ -19,6 +20,7 @@
 pub mod backend;
 pub mod bench;
 pub mod cache;
+pub mod cnn;
 pub mod calibration;
 pub mod eval;
 pub mod exec;

@@ -1,0 +1,248 @@
+//! The CNN path's runtime: a Keras classifier opened on a backend (`opu classify`), and measured on a
+//! labelled dataset against its f32 interpreter (`opu eval --dataset`).
+//!
+//! - `reference`: the f32 interpreter of the IR (`opu_compiler::interp`), the float model.
+//! - `sim`: the network in auto-scaled 16-bit fixed point (`opu_compiler::fixed_point`), compiled to a
+//!   `conv`/`maxpool` program (`opu_compiler::lower_cnn`) and run on the functional simulator through the
+//!   `Device` trait, like any card: the host quantizes the image, writes it, rings the doorbell and reads
+//!   the logits back; the softmax is the host's.
+//! - `rtl`: refused for now: the overlay's RTL has no `conv` and `maxpool` units yet (rtl/src/top.rs).
+
+use crate::loader::{self, Counters};
+use crate::sim_backend::ProgramDevice;
+use anyhow::{bail, Context, Result};
+use opu_compiler::cnn::Network;
+use opu_compiler::dataset::Dataset;
+use opu_compiler::fixed_point::{calibrate, plan};
+use opu_compiler::interp::{softmax, Interpreter};
+use opu_compiler::lower_cnn::{compile_cnn, CnnMeta};
+use opu_hw::OverlayConfig;
+use opu_sim::func::FuncSim;
+use rayon::prelude::*;
+use std::time::Duration;
+
+/// A device that never answers in this long has hung.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One image's result.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Scores {
+    /// The last layer's outputs before the softmax.
+    pub logits: Vec<f32>,
+    /// The softmax of the logits (the logits themselves where the model has no softmax).
+    pub probabilities: Vec<f32>,
+    /// The index of the largest logit.
+    pub class: usize,
+}
+
+impl Scores {
+    fn new(logits: Vec<f32>, softmax_last: bool) -> Self {
+        let probabilities = if softmax_last { softmax(&logits) } else { logits.clone() };
+        let class = argmax(&logits);
+        Scores { logits, probabilities, class }
+    }
+}
+
+/// The index of the largest value (the first of equals).
+pub fn argmax(v: &[f32]) -> usize {
+    v.iter().enumerate().fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
+}
+
+/// The f32 interpreter's scores of `images` (the network's input rows, back to back).
+pub fn reference_scores(net: &Network, images: &[f32]) -> Result<Vec<Scores>> {
+    let softmax_last = ends_in_softmax(net);
+    let logits_node = net.graph.nodes.len() - 1 - usize::from(softmax_last);
+    let mut interp: Interpreter = net.interpreter();
+    let mut logits = Vec::new();
+    interp.forward_rows_observed(images, &mut |node, out| {
+        if node.output == net.graph.nodes[logits_node].output {
+            logits = out.to_vec();
+        }
+    })?;
+    let classes = net.classes();
+    Ok(logits.chunks_exact(classes).map(|l| Scores::new(l.to_vec(), softmax_last)).collect())
+}
+
+fn ends_in_softmax(net: &Network) -> bool {
+    matches!(net.graph.nodes.last().map(|n| &n.op), Some(opu_compiler::ir::Op::Softmax))
+}
+
+/// A compiled CNN loaded on a device.
+pub struct CnnProgram {
+    dev: ProgramDevice,
+    pub meta: CnnMeta,
+    /// Counters summed over the images run, and those of the last image.
+    pub counters: Counters,
+    pub last: Counters,
+    pub images: u64,
+}
+
+impl CnnProgram {
+    /// Calibrates `net` on `calibration` images, compiles it for `config` and loads it on a new functional
+    /// simulator.
+    pub fn compile_on_sim(net: &Network, calibration: &[f32], config: &OverlayConfig) -> Result<Self> {
+        let cal = calibrate(net, calibration).with_context(|| format!("calibrating {}", net.path.display()))?;
+        let plan = plan(net, &cal)?;
+        let compiled = compile_cnn(net, &plan, config).with_context(|| format!("compiling {}", net.path.display()))?;
+        let mut sim = FuncSim::new(config);
+        if let Some(layout) = compiled.container.layout()? {
+            sim.set_regions(layout.regions);
+        }
+        let mut dev = ProgramDevice::Func(sim);
+        loader::load(dev.device(), &compiled.container)?;
+        Ok(CnnProgram { dev, meta: compiled.meta, counters: Counters::default(), last: Counters::default(), images: 0 })
+    }
+
+    /// Runs one image (the network's input, before the input scaling).
+    pub fn classify(&mut self, image: &[f32]) -> Result<Scores> {
+        let [h, w, c] = self.meta.input;
+        anyhow::ensure!(image.len() == h * w * c, "an image of {} values; the program takes {h} x {w} x {c}", image.len());
+        let dev = self.dev.device();
+        dev.mem_write(self.meta.input_addr, &self.meta.quantize_input(image))?;
+        let entry = &self.meta.entries[0];
+        loader::run(dev, entry.code_addr, entry.instructions, &[], RUN_TIMEOUT)?;
+        let mut out = vec![0u8; self.meta.classes * 2];
+        dev.mem_read(self.meta.output_addr, &mut out)?;
+        self.last = Counters::read(dev)?;
+        self.counters.add(&self.last);
+        self.images += 1;
+        Ok(Scores::new(self.meta.logits(&out), self.meta.softmax))
+    }
+}
+
+/// A classifier on one backend.
+pub enum Classifier {
+    Reference(Box<Network>),
+    Program(Box<CnnProgram>),
+}
+
+impl Classifier {
+    /// Opens `net` on `backend` (`reference`, `sim`, or `auto`: the reference path while no card is
+    /// driven); `sim` calibrates on `calibration` and compiles for `config`.
+    pub fn open(net: Network, backend: &str, config: &OverlayConfig, calibration: &[f32]) -> Result<(Self, String)> {
+        Ok(match backend {
+            "reference" | "auto" => {
+                let note = if backend == "auto" { "auto: no OPU card is driven yet; using the reference path (the f32 interpreter)" } else { "reference (the f32 interpreter of the IR)" };
+                (Classifier::Reference(Box::new(net)), note.to_string())
+            }
+            "sim" => {
+                let p = CnnProgram::compile_on_sim(&net, calibration, config)?;
+                (Classifier::Program(Box::new(p)), format!("sim (functional, overlay `{}`, 16-bit fixed point)", config.name))
+            }
+            "rtl" => bail!("backend `rtl`: the overlay's RTL has no `conv` and `maxpool` units yet (rtl/src/top.rs); the CNN path runs on `sim` and `reference`"),
+            other => bail!("unknown backend `{other}` for a CNN (expected reference, sim or auto)"),
+        })
+    }
+
+    pub fn classify(&mut self, image: &[f32]) -> Result<Scores> {
+        match self {
+            Classifier::Reference(net) => Ok(reference_scores(net, image)?.remove(0)),
+            Classifier::Program(p) => p.classify(image),
+        }
+    }
+}
+
+/// `count` images of `ds` at indexes spread evenly over `pool` (the network's input rows, 0-255 values).
+pub fn images_at(ds: &Dataset, indexes: &[usize]) -> Vec<f32> {
+    indexes.iter().flat_map(|&i| ds.image(i).iter().map(|&p| f32::from(p))).collect()
+}
+
+/// `count` of `pool`, evenly spread.
+fn spread(pool: &[usize], count: usize) -> Vec<usize> {
+    let count = count.min(pool.len());
+    (0..count).map(|j| pool[j * pool.len() / count]).collect()
+}
+
+/// The fixed-point overlay against the f32 interpreter on a labelled dataset.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CnnEval {
+    pub images: usize,
+    /// Top-1 accuracy of the overlay (the functional simulator) and of the f32 interpreter.
+    pub accuracy: f64,
+    pub reference_accuracy: f64,
+    /// Images on which the two agree on the top class, over all images.
+    pub top1_agreement: f64,
+    /// The largest difference of a logit, and of a probability, between the two.
+    pub max_logit_error: f64,
+    pub max_probability_error: f64,
+    /// The functional simulator's cycle estimate per image, and images/s at the config's core clock.
+    pub cycles_per_image: f64,
+    pub projected_images_per_second: f64,
+    pub core_clock_mhz: u32,
+    /// Device-memory bytes per image.
+    pub bytes_per_image: f64,
+    /// Cross-calibration: each image is run by a program calibrated on images of the other folds.
+    pub folds: usize,
+    pub calibration_images: usize,
+    /// Each fold's program's formats.
+    pub plans: Vec<opu_compiler::fixed_point::FixedPlan>,
+}
+
+/// Runs every image of `ds` on the functional simulator and the f32 interpreter. The images are split into
+/// `folds` folds (image `i` in fold `i % folds`); each fold runs on a program calibrated on
+/// `calibration_images` images of the other folds, so no image is ever classified by a program calibrated
+/// on it. `progress` shows a bar.
+pub fn eval_dataset(net: &Network, ds: &Dataset, config: &OverlayConfig, calibration_images: usize, folds: usize, progress: bool) -> Result<CnnEval> {
+    let [h, w, c] = net.input_shape();
+    anyhow::ensure!(ds.pixels == h * w * c, "{}: images of {} pixels; the model takes {h} x {w} x {c}", ds.path.display(), ds.pixels);
+    anyhow::ensure!(folds >= 2 && folds <= ds.len(), "--folds {folds}: expected 2 to {} (calibration images must not be evaluation images)", ds.len());
+    let bar = if progress { indicatif::ProgressBar::new(ds.len() as u64) } else { indicatif::ProgressBar::hidden() };
+    bar.set_style(indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} images ({eta})").expect("template"));
+    let mut rows: Vec<(usize, Scores, Scores)> = Vec::with_capacity(ds.len());
+    let (mut counters, mut plans) = (Counters::default(), Vec::new());
+    for f in 0..folds {
+        bar.set_message(format!("fold {}/{folds}", f + 1));
+        let others: Vec<usize> = (0..ds.len()).filter(|i| i % folds != f).collect();
+        let calibration = images_at(ds, &spread(&others, calibration_images));
+        let proto = CnnProgram::compile_on_sim(net, &calibration, config)?;
+        plans.push(proto.meta.plan.clone());
+        let mine: Vec<usize> = (f..ds.len()).step_by(folds).collect();
+        // the reference in chunks (one interpreter pass per chunk), the overlay on a simulator per worker
+        let reference: Vec<Scores> = mine
+            .par_chunks(64)
+            .map(|chunk| reference_scores(net, &images_at(ds, chunk)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        let results: Vec<(Scores, Counters)> = mine
+            .par_iter()
+            .map_init(
+                || CnnProgram::compile_on_sim(net, &calibration, config),
+                |p, &i| -> Result<(Scores, Counters)> {
+                    let p = p.as_mut().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+                    let s = p.classify(&images_at(ds, &[i]))?;
+                    bar.inc(1);
+                    Ok((s, p.last))
+                },
+            )
+            .collect::<Result<Vec<_>>>()?;
+        for ((i, (s, one)), r) in mine.iter().zip(results).zip(reference) {
+            counters.add(&one);
+            rows.push((*i, s, r));
+        }
+    }
+    bar.finish_and_clear();
+    let n = rows.len() as f64;
+    let label = |i: usize| usize::from(ds.labels[i]);
+    let frac = |f: &dyn Fn(&(usize, Scores, Scores)) -> bool| rows.iter().filter(|r| f(r)).count() as f64 / n;
+    let max_err = |f: &dyn Fn(&Scores) -> &[f32]| {
+        rows.iter().flat_map(|(_, s, r)| f(s).iter().zip(f(r)).map(|(a, b)| f64::from((a - b).abs()))).fold(0f64, f64::max)
+    };
+    let cycles_per_image = counters.cycles as f64 / n;
+    Ok(CnnEval {
+        images: rows.len(),
+        accuracy: frac(&|(i, s, _)| s.class == label(*i)),
+        reference_accuracy: frac(&|(i, _, r)| r.class == label(*i)),
+        top1_agreement: frac(&|(_, s, r)| s.class == r.class),
+        max_logit_error: max_err(&|s| &s.logits),
+        max_probability_error: max_err(&|s| &s.probabilities),
+        cycles_per_image,
+        projected_images_per_second: f64::from(config.core_clock_mhz) * 1e6 / cycles_per_image.max(1.0),
+        core_clock_mhz: config.core_clock_mhz,
+        bytes_per_image: (counters.bytes_read + counters.bytes_written) as f64 / n,
+        folds,
+        calibration_images: calibration_images.min(ds.len() - ds.len().div_ceil(folds)),
+        plans,
+    })
+}
