@@ -8,6 +8,7 @@
 //!   the logits back; the softmax is the host's.
 //! - `rtl`: refused for now: the overlay's RTL has no `conv` and `maxpool` units yet (rtl/src/top.rs).
 
+use crate::image_input::{Gray, Preprocess};
 use crate::loader::{self, Counters};
 use crate::sim_backend::ProgramDevice;
 use anyhow::{bail, Context, Result};
@@ -142,9 +143,10 @@ impl Classifier {
     }
 }
 
-/// `count` images of `ds` at indexes spread evenly over `pool` (the network's input rows, 0-255 values).
-pub fn images_at(ds: &Dataset, indexes: &[usize]) -> Vec<f32> {
-    indexes.iter().flat_map(|&i| ds.image(i).iter().map(|&p| f32::from(p))).collect()
+/// The images at `indexes` of `inputs` (inputs of `per` values each, back to back) as the network's input
+/// rows.
+fn images_at(inputs: &[u8], per: usize, indexes: &[usize]) -> Vec<f32> {
+    indexes.iter().flat_map(|&i| inputs[i * per..][..per].iter().map(|&p| f32::from(p))).collect()
 }
 
 /// `count` of `pool`, evenly spread.
@@ -174,17 +176,36 @@ pub struct CnnEval {
     /// Cross-calibration: each image is run by a program calibrated on images of the other folds.
     pub folds: usize,
     pub calibration_images: usize,
+    /// How the images became the model's input.
+    pub preprocess: String,
     /// Each fold's program's formats.
     pub plans: Vec<opu_compiler::fixed_point::FixedPlan>,
 }
 
-/// Runs every image of `ds` on the functional simulator and the f32 interpreter. The images are split into
+/// Runs every image of `ds`, made the model's input by `preprocess`, on the functional simulator and the
+/// f32 interpreter. The images are split into
 /// `folds` folds (image `i` in fold `i % folds`); each fold runs on a program calibrated on
 /// `calibration_images` images of the other folds, so no image is ever classified by a program calibrated
 /// on it. `progress` shows a bar.
-pub fn eval_dataset(net: &Network, ds: &Dataset, config: &OverlayConfig, calibration_images: usize, folds: usize, progress: bool) -> Result<CnnEval> {
+#[allow(clippy::too_many_arguments)]
+pub fn eval_dataset(
+    net: &Network,
+    ds: &Dataset,
+    side: usize,
+    preprocess: Preprocess,
+    config: &OverlayConfig,
+    calibration_images: usize,
+    folds: usize,
+    progress: bool,
+) -> Result<CnnEval> {
     let [h, w, c] = net.input_shape();
-    anyhow::ensure!(ds.pixels == h * w * c, "{}: images of {} pixels; the model takes {h} x {w} x {c}", ds.path.display(), ds.pixels);
+    anyhow::ensure!(c == 1, "{}: the model takes {c} channels; datasets are grey images", net.path.display());
+    anyhow::ensure!(side * side == ds.pixels, "{}: images of {} pixels are not {side} x {side}", ds.path.display(), ds.pixels);
+    let per = h * w;
+    let inputs: Vec<u8> = (0..ds.len())
+        .map(|i| preprocess.apply(&Gray { width: side, height: side, pixels: ds.image(i).to_vec() }, h, w, &format!("{}: image {i}", ds.path.display())))
+        .collect::<Result<Vec<_>>>()?
+        .concat();
     anyhow::ensure!(folds >= 2 && folds <= ds.len(), "--folds {folds}: expected 2 to {} (calibration images must not be evaluation images)", ds.len());
     let bar = if progress { indicatif::ProgressBar::new(ds.len() as u64) } else { indicatif::ProgressBar::hidden() };
     bar.set_style(indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} images ({eta})").expect("template"));
@@ -193,14 +214,14 @@ pub fn eval_dataset(net: &Network, ds: &Dataset, config: &OverlayConfig, calibra
     for f in 0..folds {
         bar.set_message(format!("fold {}/{folds}", f + 1));
         let others: Vec<usize> = (0..ds.len()).filter(|i| i % folds != f).collect();
-        let calibration = images_at(ds, &spread(&others, calibration_images));
+        let calibration = images_at(&inputs, per, &spread(&others, calibration_images));
         let proto = CnnProgram::compile_on_sim(net, &calibration, config)?;
         plans.push(proto.meta.plan.clone());
         let mine: Vec<usize> = (f..ds.len()).step_by(folds).collect();
         // the reference in chunks (one interpreter pass per chunk), the overlay on a simulator per worker
         let reference: Vec<Scores> = mine
             .par_chunks(64)
-            .map(|chunk| reference_scores(net, &images_at(ds, chunk)))
+            .map(|chunk| reference_scores(net, &images_at(&inputs, per, chunk)))
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .flatten()
@@ -211,7 +232,7 @@ pub fn eval_dataset(net: &Network, ds: &Dataset, config: &OverlayConfig, calibra
                 || CnnProgram::compile_on_sim(net, &calibration, config),
                 |p, &i| -> Result<(Scores, Counters)> {
                     let p = p.as_mut().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                    let s = p.classify(&images_at(ds, &[i]))?;
+                    let s = p.classify(&images_at(&inputs, per, &[i]))?;
                     bar.inc(1);
                     Ok((s, p.last))
                 },
@@ -242,6 +263,7 @@ pub fn eval_dataset(net: &Network, ds: &Dataset, config: &OverlayConfig, calibra
         core_clock_mhz: config.core_clock_mhz,
         bytes_per_image: (counters.bytes_read + counters.bytes_written) as f64 / n,
         folds,
+        preprocess: format!("{preprocess:?}").to_lowercase(),
         calibration_images: calibration_images.min(ds.len() - ds.len().div_ceil(folds)),
         plans,
     })

@@ -2,6 +2,7 @@
 //!
 //! - [`cache`]: the model cache (`opu fetch`), models fetched from their registry and checked by SHA-256.
 //! - [`cnn`]: a Keras CNN classifier on a backend (`opu classify`) and measured on a dataset (`opu eval --dataset`).
+//! - [`image_input`]: PNG and PGM images in, and the preprocessing that makes them a model's input.
 //! - [`calibration`]: routers calibrated for a target skip rate (`--skip`), cached in the model cache.
 //! - [`tokenizer`]: the tokenizer and chat template, built from the GGUF's metadata.
 //! - [`backend`]: the `Backend` trait and opening a backend by name (`reference`, `auto`, ...).
@@ -24,6 +25,7 @@ pub mod cnn;
 pub mod calibration;
 pub mod eval;
 pub mod exec;
+pub mod image_input;
 pub mod kv_rows;
 pub mod loader;
 pub mod reference;

@@ -8,6 +8,7 @@ use opu_compiler::cnn::from_keras;
 use opu_compiler::dataset::read_csv;
 use opu_compiler::keras;
 use opu_host::cnn::eval_dataset;
+use opu_host::image_input::{fit_digit, Gray, Preprocess};
 use opu_hw::OverlayConfig;
 use std::path::PathBuf;
 
@@ -25,7 +26,8 @@ fn fixed_point_overlay_agrees_with_the_float_model_on_all_5000_digits() {
     let net = from_keras(&keras::open(&model).unwrap(), Some((1.0 / 255.0, 0.0))).unwrap();
     let ds = read_csv(&data, 784).unwrap();
     assert_eq!(ds.len(), 5000);
-    let e = eval_dataset(&net, &ds, &OverlayConfig::sim(), 256, 2, false).unwrap();
+    // the model's own preprocessing (the default of `opu eval --model digits`)
+    let e = eval_dataset(&net, &ds, 28, Preprocess::Fit, &OverlayConfig::sim(), 256, 2, false).unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&e).unwrap());
     assert_eq!(e.images, 5000);
     assert!(e.top1_agreement >= 0.998, "top-1 agreement {}", e.top1_agreement);
@@ -34,4 +36,25 @@ fn fixed_point_overlay_agrees_with_the_float_model_on_all_5000_digits() {
     assert!(e.max_logit_error < 0.05, "largest logit error {}", e.max_logit_error);
     // one image's work: 2.6 M MACs and the weights read once
     assert!(e.cycles_per_image > 1000.0 && e.bytes_per_image > 400_000.0, "{} cycles, {} bytes", e.cycles_per_image, e.bytes_per_image);
+}
+
+/// `fit_digit` against the digit classifier package's own `preprocess_image` (PIL), on 148 digits
+/// (`tests/data/digits_fit_oracle.csv`, made by `scripts/keras_oracle.py`).
+#[test]
+fn fit_preprocessing_matches_the_packages_own() {
+    let Some(data) = env_path("OPU_MNIST5K", "mnist5k") else { return };
+    let ds = read_csv(&data, 784).unwrap();
+    let mut count = 0;
+    for line in include_str!("data/digits_fit_oracle.csv").lines().filter(|l| !l.starts_with('#')) {
+        let (row, hex) = line.split_once(',').unwrap();
+        let row: usize = row.parse().unwrap();
+        let want: Vec<u8> = (0..784).map(|i| {
+            let byte = u8::from_str_radix(&hex[i / 8 * 2..][..2], 16).unwrap();
+            if byte >> (7 - i % 8) & 1 == 1 { 255 } else { 0 }
+        }).collect();
+        let got = fit_digit(&Gray { width: 28, height: 28, pixels: ds.image(row).to_vec() }).unwrap();
+        assert_eq!(got, want, "row {row}");
+        count += 1;
+    }
+    assert_eq!(count, 148);
 }
