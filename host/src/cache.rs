@@ -25,7 +25,7 @@ pub enum FileKind {
 }
 
 impl FileKind {
-    fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             FileKind::Gguf => "a GGUF language model",
             FileKind::Keras => "a Keras model (.keras)",
@@ -221,6 +221,24 @@ pub fn resolve_model(model: Option<&str>, quiet: bool) -> Result<PathBuf> {
     }
 }
 
+/// A file of `kind` named on the command line: a known name of that kind (fetched if needed; a known name of
+/// another kind is refused, naming what it is), else a path. `what` names the option in errors.
+pub fn resolve_kind(name: &str, kind: FileKind, what: &str, quiet: bool) -> Result<PathBuf> {
+    match KNOWN_MODELS.iter().find(|k| k.name == name) {
+        Some(k) if k.kind == kind => fetch(k, quiet),
+        Some(k) => {
+            let names: Vec<&str> = KNOWN_MODELS.iter().filter(|m| m.kind == kind).map(|m| m.name).collect();
+            bail!("{what} `{name}` is {}, not {}: {what} takes a file or one of {}", k.kind.describe(), kind.describe(), names.join(", "))
+        }
+        None => Ok(PathBuf::from(name)),
+    }
+}
+
+/// Whether `--model` names a Keras model: a known Keras name, or a file ending in `.keras`.
+pub fn is_keras(model: &str) -> bool {
+    KNOWN_MODELS.iter().any(|k| k.name == model && k.kind == FileKind::Keras) || model.ends_with(".keras")
+}
+
 /// The names of the known GGUF models.
 fn gguf_names() -> String {
     KNOWN_MODELS.iter().filter(|k| k.kind == FileKind::Gguf).map(|k| k.name).collect::<Vec<_>>().join(", ")
@@ -240,6 +258,14 @@ mod tests {
         assert_eq!(r["model"]["package"], m.package);
         assert_eq!(r["model"]["file"], m.member);
         assert!(known("gpt5").unwrap_err().to_string().contains("unknown model `gpt5`"));
+    }
+
+    #[test]
+    fn kinds_are_checked_where_a_file_of_one_kind_is_meant() {
+        let e = resolve_kind("smollm2", FileKind::Dataset, "--dataset", true).unwrap_err().to_string();
+        assert!(e.contains("--dataset `smollm2` is a GGUF language model, not a dataset") && e.contains("mnist5k"), "{e}");
+        assert_eq!(resolve_kind("my.csv", FileKind::Dataset, "--dataset", true).unwrap(), PathBuf::from("my.csv"));
+        assert!(is_keras("digits") && is_keras("x/y.keras") && !is_keras("smollm2") && !is_keras("mnist5k"));
     }
 
     /// The CNN path's files are known to `opu fetch` but refused where a GGUF model is meant.

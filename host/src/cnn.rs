@@ -20,6 +20,7 @@ use opu_compiler::lower_cnn::{compile_cnn, CnnMeta};
 use opu_hw::OverlayConfig;
 use opu_sim::func::FuncSim;
 use rayon::prelude::*;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A device that never answers in this long has hung.
@@ -143,10 +144,9 @@ impl Classifier {
     }
 }
 
-/// The images at `indexes` of `inputs` (inputs of `per` values each, back to back) as the network's input
-/// rows.
-fn images_at(inputs: &[u8], per: usize, indexes: &[usize]) -> Vec<f32> {
-    indexes.iter().flat_map(|&i| inputs[i * per..][..per].iter().map(|&p| f32::from(p))).collect()
+/// The images at `indexes` of `inputs` (input rows of `per` values each, back to back).
+fn images_at(inputs: &[f32], per: usize, indexes: &[usize]) -> Vec<f32> {
+    indexes.iter().flat_map(|&i| &inputs[i * per..][..per]).copied().collect()
 }
 
 /// `count` of `pool`, evenly spread.
@@ -191,21 +191,15 @@ pub struct CnnEval {
 pub fn eval_dataset(
     net: &Network,
     ds: &Dataset,
-    side: usize,
     preprocess: Preprocess,
     config: &OverlayConfig,
     calibration_images: usize,
     folds: usize,
     progress: bool,
 ) -> Result<CnnEval> {
-    let [h, w, c] = net.input_shape();
-    anyhow::ensure!(c == 1, "{}: the model takes {c} channels; datasets are grey images", net.path.display());
-    anyhow::ensure!(side * side == ds.pixels, "{}: images of {} pixels are not {side} x {side}", ds.path.display(), ds.pixels);
+    let [h, w, _] = net.input_shape();
     let per = h * w;
-    let inputs: Vec<u8> = (0..ds.len())
-        .map(|i| preprocess.apply(&Gray { width: side, height: side, pixels: ds.image(i).to_vec() }, h, w, &format!("{}: image {i}", ds.path.display())))
-        .collect::<Result<Vec<_>>>()?
-        .concat();
+    let inputs = dataset_inputs(net, ds, &(0..ds.len()).collect::<Vec<_>>(), preprocess)?;
     anyhow::ensure!(folds >= 2 && folds <= ds.len(), "--folds {folds}: expected 2 to {} (calibration images must not be evaluation images)", ds.len());
     let bar = if progress { indicatif::ProgressBar::new(ds.len() as u64) } else { indicatif::ProgressBar::hidden() };
     bar.set_style(indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} images ({eta})").expect("template"));
@@ -267,4 +261,71 @@ pub fn eval_dataset(
         calibration_images: calibration_images.min(ds.len() - ds.len().div_ceil(folds)),
         plans,
     })
+}
+
+/// Opens a Keras model as a network whose input is grey values 0-255, scaled by `input_scale` first.
+pub fn open_network(path: &Path, input_scale: f32) -> Result<Network> {
+    anyhow::ensure!(input_scale.is_finite() && input_scale > 0.0, "--input-scale {input_scale}: expected a positive number");
+    let model = opu_compiler::keras::open(path)?;
+    Ok(opu_compiler::cnn::from_keras(&model, Some((input_scale, 0.0)))?)
+}
+
+/// The preprocessing a model expects by default: the digit classifier's own (`fit`) for it, else `resize`.
+pub fn default_preprocess(model: &str) -> Preprocess {
+    if model == "digits" || model.ends_with("digit_classifier_model.keras") {
+        Preprocess::Fit
+    } else {
+        Preprocess::Resize
+    }
+}
+
+/// The network's input from square grey images of `side` pixels: each preprocessed, as input rows.
+fn dataset_inputs(net: &Network, ds: &Dataset, indexes: &[usize], preprocess: Preprocess) -> Result<Vec<f32>> {
+    let [h, w, c] = net.input_shape();
+    anyhow::ensure!(c == 1, "{}: the model takes {c} channels; the CNN path reads grey images", net.path.display());
+    let side = (ds.pixels as f64).sqrt() as usize;
+    anyhow::ensure!(side * side == ds.pixels, "{}: images of {} pixels are not square", ds.path.display(), ds.pixels);
+    let mut rows = Vec::with_capacity(indexes.len() * h * w);
+    for &i in indexes {
+        let img = Gray { width: side, height: side, pixels: ds.image(i).to_vec() };
+        rows.extend(preprocess.apply(&img, h, w, &format!("{}: image {i}", ds.path.display()))?.into_iter().map(f32::from));
+    }
+    Ok(rows)
+}
+
+/// `count` calibration images of the dataset at `path` (evenly spread over it), preprocessed, as input rows.
+pub fn calibration_rows(net: &Network, path: &Path, count: usize, preprocess: Preprocess) -> Result<Vec<f32>> {
+    anyhow::ensure!(count > 0, "--calibration-images must be at least 1");
+    let ds = opu_compiler::dataset::read_csv(path, net.input_shape()[0] * net.input_shape()[1])?;
+    dataset_inputs(net, &ds, &spread(&(0..ds.len()).collect::<Vec<_>>(), count), preprocess)
+}
+
+/// The image files at `paths`, preprocessed, as the network's input rows (one per file).
+pub fn image_rows(net: &Network, paths: &[PathBuf], preprocess: Preprocess) -> Result<Vec<Vec<f32>>> {
+    let [h, w, c] = net.input_shape();
+    anyhow::ensure!(c == 1, "{}: the model takes {c} channels; the CNN path reads grey images", net.path.display());
+    paths
+        .iter()
+        .map(|p| Ok(preprocess.apply(&crate::image_input::load(p)?, h, w, &p.display().to_string())?.into_iter().map(f32::from).collect()))
+        .collect()
+}
+
+/// The scaling decisions of a compiled CNN, a line per layer (the `opu compile` report).
+pub fn scaling_report(meta: &CnnMeta) -> String {
+    let p = &meta.plan;
+    let mut s = format!(
+        "fixed point (16-bit, formats from {} calibration images): input Q{}.{} (largest {:.4}{})\n",
+        p.calibration_images,
+        16 - p.input_frac,
+        p.input_frac,
+        p.input_max,
+        meta.input_scaling.map_or(String::new(), |(scale, _)| format!(", after the input scaling x {scale:e}"))
+    );
+    s += "  layer             kind     in     out    largest out  weights (largest)   bias   shift\n";
+    for l in &p.layers {
+        let q = |f: u32| format!("Q{}.{}", 16 - f, f);
+        let w = l.weights.as_ref().map_or(String::new(), |w| format!("{:<6} ({:.4})     i32 Q.{:<2} {}", q(w.weight_frac), w.weight_max, w.bias_frac, w.shift));
+        s += &format!("  {:<17} {:<8} {:<6} {:<6} {:<12.4} {w}\n", l.node, l.kind, q(l.input_frac), q(l.output_frac), l.output_max);
+    }
+    s + &format!("  output: {} logits Q{}.{}{}\n", meta.classes, 16 - p.output_frac(), p.output_frac(), if meta.softmax { ", softmax on the host" } else { "" })
 }

@@ -87,7 +87,31 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure a backend against another: teacher-forced top-1 agreement and logit error.
+    /// Classify images with a CNN (a Keras model): each image's class and top probabilities.
+    Classify {
+        /// PNG or PGM images (any size: preprocessed to the model's input).
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
+        /// A Keras model (.keras), or the name of a known one.
+        #[arg(long, default_value = "digits")]
+        model: String,
+        /// Backend: sim (16-bit fixed point on the functional simulator), reference (the f32 interpreter), auto
+        /// (an OPU card, else the reference path).
+        #[arg(long, default_value = "auto")]
+        backend: String,
+        /// Overlay the sim backend compiles for: a preset (sim, sim-wide, u280) or a TOML file.
+        #[arg(long, default_value = "sim")]
+        config: String,
+        #[command(flatten)]
+        cnn: CnnArgs,
+        /// Probabilities printed per image.
+        #[arg(long, default_value_t = 3)]
+        top: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure a backend against another: teacher-forced top-1 agreement and logit error. With --dataset (a
+    /// CNN): the fixed-point overlay against the f32 interpreter on labelled images.
     Eval {
         #[command(flatten)]
         model: ModelArgs,
@@ -95,8 +119,18 @@ enum Command {
         #[arg(long, default_value = "reference")]
         against: String,
         /// JSON list of {"name", "text"} prompts.
-        #[arg(long)]
-        prompts: PathBuf,
+        #[arg(long, required_unless_present = "dataset")]
+        prompts: Option<PathBuf>,
+        /// Labelled images (mnist5k, or a CSV of pixels then the label per line) for a CNN --model: accuracy of
+        /// the sim backend and of the f32 interpreter, their top-1 agreement and largest logit error, cycles
+        /// per image. Each image is run by a program calibrated on images of the other --folds.
+        #[arg(long, conflicts_with_all = ["prompts", "per_layer", "heldout"])]
+        dataset: Option<String>,
+        /// Folds of the dataset (--dataset): image i is in fold i mod N, calibrated on the others.
+        #[arg(long, default_value_t = 2)]
+        folds: usize,
+        #[command(flatten)]
+        cnn: CnnArgs,
         /// Greedy tokens generated per prompt.
         #[arg(long, default_value_t = 32)]
         tokens: usize,
@@ -135,9 +169,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Compile a GGUF model into a program container for an overlay.
+    /// Compile a model into a program container for an overlay: a GGUF language model, or a Keras CNN in
+    /// auto-scaled 16-bit fixed point (the report lists every layer's formats).
     Compile {
-        /// A GGUF file, or the name of a known model.
+        /// A GGUF or Keras (.keras) file, or the name of a known model.
         model: String,
         /// Overlay: a preset (sim, sim-wide, u280) or a TOML file.
         #[arg(long, default_value = "sim")]
@@ -155,6 +190,8 @@ enum Command {
         skip: SkipArgs,
         #[command(flatten)]
         kv: KvArgs,
+        #[command(flatten)]
+        cnn: CnnArgs,
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -330,6 +367,37 @@ struct ModelArgs {
     skip: SkipArgs,
     #[command(flatten)]
     kv: KvArgs,
+}
+
+/// How a CNN's images become its input, and what its fixed-point formats are calibrated on.
+#[derive(clap::Args, Clone)]
+struct CnnArgs {
+    /// Image preprocessing: fit (the digit classifier's own: binarize, crop, fit 24x24, centre in 28x28) or
+    /// resize (grey values, nearest neighbour). Default: fit for the digit classifier, else resize.
+    #[arg(long)]
+    preprocess: Option<String>,
+    /// Scale of the grey values (0-255) before the first layer (default 1/255: the digit classifier's
+    /// package divides by 255).
+    #[arg(long, default_value_t = 1.0 / 255.0)]
+    input_scale: f32,
+    /// Images the fixed-point formats are calibrated on (a dataset: mnist5k, or a CSV file), for the sim
+    /// backend and `compile`. (`eval --dataset` calibrates on the other folds instead.)
+    #[arg(long, default_value = "mnist5k")]
+    calibration: String,
+    /// Calibration images, spread evenly over the calibration dataset (or over the other folds).
+    #[arg(long, default_value_t = 256)]
+    calibration_images: usize,
+}
+
+impl CnnArgs {
+    fn preprocess(&self, model: &str) -> Result<opu_host::image_input::Preprocess> {
+        self.preprocess.as_deref().map_or(Ok(opu_host::cnn::default_preprocess(model)), opu_host::image_input::Preprocess::parse)
+    }
+    /// The calibration images, preprocessed, as input rows of `net`.
+    fn calibration(&self, net: &opu_compiler::cnn::Network, model: &str, quiet: bool) -> Result<Vec<f32>> {
+        let path = cache::resolve_kind(&self.calibration, cache::FileKind::Dataset, "--calibration", quiet)?;
+        opu_host::cnn::calibration_rows(net, &path, self.calibration_images, self.preprocess(model)?)
+    }
 }
 
 /// Where K/V rows live (docs/skipping.md, "KV layout").
@@ -660,8 +728,73 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Eval { model, against, prompts, tokens, per_layer, heldout, heldout_tokens, json } => {
-            let prompts = eval::read_prompts(&prompts)?;
+        Command::Classify { images, model, backend, config, cnn, top, json } => {
+            let config = OverlayConfig::from_name_or_path(&config)?;
+            let path = cache::resolve_kind(&model, cache::FileKind::Keras, "--model", json)?;
+            let net = opu_host::cnn::open_network(&path, cnn.input_scale)?;
+            let rows = opu_host::cnn::image_rows(&net, &images, cnn.preprocess(&model)?)?;
+            let calibration = if backend == "sim" { cnn.calibration(&net, &model, json)? } else { Vec::new() };
+            let (mut classifier, note) = opu_host::cnn::Classifier::open(net, &backend, &config, &calibration)?;
+            if !json {
+                eprintln!("{}: {note}", path.display());
+            }
+            let mut out = Vec::new();
+            for (file, row) in images.iter().zip(&rows) {
+                let s = classifier.classify(row)?;
+                let mut order: Vec<usize> = (0..s.probabilities.len()).collect();
+                order.sort_by(|&a, &b| s.probabilities[b].total_cmp(&s.probabilities[a]));
+                let best: Vec<(usize, f32)> = order.iter().take(top.max(1)).map(|&i| (i, s.probabilities[i])).collect();
+                let cycles = match &classifier {
+                    opu_host::cnn::Classifier::Program(p) => Some(p.last.cycles),
+                    _ => None,
+                };
+                if json {
+                    out.push(serde_json::json!({
+                        "image": file.display().to_string(),
+                        "class": s.class,
+                        "top": best.iter().map(|(c, p)| serde_json::json!({"class": c, "probability": p})).collect::<Vec<_>>(),
+                        "logits": s.logits,
+                        "cycles": cycles,
+                    }));
+                } else {
+                    let tops = best.iter().map(|(c, p)| format!("{c} {:.2}%", p * 100.0)).collect::<Vec<_>>().join(", ");
+                    println!("{}: {}  ({tops}){}", file.display(), s.class, cycles.map_or(String::new(), |c| format!("  {c} cycles")));
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": path.display().to_string(), "backend": note, "images": out }))?);
+            }
+        }
+        Command::Eval { model: margs, dataset: Some(dataset), folds, cnn, json, .. } => {
+            let name = margs.model.clone().unwrap_or_default();
+            anyhow::ensure!(cache::is_keras(&name), "--dataset measures a CNN: pass --model digits or a .keras file");
+            anyhow::ensure!(
+                matches!(margs.backend.as_str(), "sim" | "auto"),
+                "backend `{}`: eval --dataset runs the fixed-point program on the sim backend against the f32 interpreter",
+                margs.backend
+            );
+            let config = OverlayConfig::from_name_or_path(&margs.config)?;
+            let path = cache::resolve_kind(&name, cache::FileKind::Keras, "--model", json)?;
+            let data = cache::resolve_kind(&dataset, cache::FileKind::Dataset, "--dataset", json)?;
+            let net = opu_host::cnn::open_network(&path, cnn.input_scale)?;
+            let [h, w, _] = net.input_shape();
+            let ds = opu_compiler::dataset::read_csv(&data, h * w)?;
+            let t = std::time::Instant::now();
+            let e = opu_host::cnn::eval_dataset(&net, &ds, cnn.preprocess(&name)?, &config, cnn.calibration_images, folds, !json)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&e)?);
+            } else {
+                println!("{} on {} ({} images, preprocessing `{}`, {} folds, {} calibration images each):", path.display(), data.display(), e.images, e.preprocess, e.folds, e.calibration_images);
+                println!("  accuracy            {:.4} (sim: 16-bit fixed point on the functional simulator)", e.accuracy);
+                println!("  reference_accuracy  {:.4} (the f32 interpreter)", e.reference_accuracy);
+                println!("  top1_agreement      {:.4}", e.top1_agreement);
+                println!("  max logit error     {:.3e} (probability {:.3e})", e.max_logit_error, e.max_probability_error);
+                println!("  cycles per image    {:.0} ({:.0} images/s projected at {} MHz), {:.0} bytes moved per image", e.cycles_per_image, e.projected_images_per_second, e.core_clock_mhz, e.bytes_per_image);
+                println!("  ({:.1} s)", t.elapsed().as_secs_f64());
+            }
+        }
+        Command::Eval { model, against, prompts, tokens, per_layer, heldout, heldout_tokens, json, .. } => {
+            let prompts = eval::read_prompts(&prompts.context("--prompts is required")?)?;
             if let (Some(h), Some(_)) = (&heldout, model.skip.skip) {
                 let calibration = model.skip.calibration_text.clone().unwrap_or_else(|| opu_host::calibration::Spec::new(0.0).text);
                 opu_host::calibration::ensure_heldout("--heldout", h, &calibration)?;
@@ -913,7 +1046,31 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Compile { model, config, max_context, trace_layers, routers, skip, kv, output } => {
+        Command::Compile { model, config, cnn, output, .. } if cache::is_keras(&model) => {
+            let config = OverlayConfig::from_name_or_path(&config)?;
+            let path = cache::resolve_kind(&model, cache::FileKind::Keras, "the model", false)?;
+            let t = std::time::Instant::now();
+            let net = opu_host::cnn::open_network(&path, cnn.input_scale)?;
+            let calibration = cnn.calibration(&net, &model, false)?;
+            let cal = opu_compiler::fixed_point::calibrate(&net, &calibration)?;
+            let plan = opu_compiler::fixed_point::plan(&net, &cal)?;
+            let compiled = opu_compiler::lower_cnn::compile_cnn(&net, &plan, &config)?;
+            compiled.container.write(&output)?;
+            let m = &compiled.meta;
+            eprintln!(
+                "{} -> {} for overlay `{}` in {:.2} s: {} KiB of weights, {} MACs per image, entry `{}` ({} instructions)",
+                path.display(),
+                output.display(),
+                config.name,
+                t.elapsed().as_secs_f64(),
+                m.weight_bytes >> 10,
+                m.macs_per_image,
+                m.entries[0].name,
+                m.entries[0].instructions
+            );
+            eprint!("{}", opu_host::cnn::scaling_report(m));
+        }
+        Command::Compile { model, config, max_context, trace_layers, routers, skip, kv, output, .. } => {
             let config = OverlayConfig::from_name_or_path(&config)?;
             let path = cache::resolve_model(Some(&model), false)?;
             let routers = skip.routers_file(&path, false)?.or(routers);

@@ -27,7 +27,7 @@ fn fixed_point_overlay_agrees_with_the_float_model_on_all_5000_digits() {
     let ds = read_csv(&data, 784).unwrap();
     assert_eq!(ds.len(), 5000);
     // the model's own preprocessing (the default of `opu eval --model digits`)
-    let e = eval_dataset(&net, &ds, 28, Preprocess::Fit, &OverlayConfig::sim(), 256, 2, false).unwrap();
+    let e = eval_dataset(&net, &ds, Preprocess::Fit, &OverlayConfig::sim(), 256, 2, false).unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&e).unwrap());
     assert_eq!(e.images, 5000);
     assert!(e.top1_agreement >= 0.998, "top-1 agreement {}", e.top1_agreement);
