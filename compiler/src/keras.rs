@@ -56,15 +56,30 @@ pub struct KerasModel {
     pub shapes: Vec<[usize; 3]>,
 }
 
+/// The largest member of a `.keras` zip read (a model of 256 M f32 weights): no file unpacks without bound.
+pub const MAX_MEMBER_BYTES: u64 = 1 << 30;
+
 /// Reads and checks `path`.
 pub fn open(path: &Path) -> Result<KerasModel, KerasError> {
+    let bytes = std::fs::read(path).map_err(|e| KerasError::File { path: path.to_path_buf(), what: format!("cannot open: {e}") })?;
+    parse_bytes(&bytes, path)
+}
+
+/// Reads and checks a `.keras` file's bytes; `path` names it in errors.
+pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<KerasModel, KerasError> {
     let file_err = |what: String| KerasError::File { path: path.to_path_buf(), what };
-    let file = std::fs::File::open(path).map_err(|e| file_err(format!("cannot open: {e}")))?;
-    let mut zip = zip::ZipArchive::new(file).map_err(|e| file_err(format!("not a .keras file (a zip): {e}")))?;
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| file_err(format!("not a .keras file (a zip): {e}")))?;
     let mut member = |name: &str| -> Result<Vec<u8>, KerasError> {
-        let mut m = zip.by_name(name).map_err(|_| file_err(format!("has no `{name}` (a .keras file holds config.json and model.weights.h5)")))?;
+        let m = zip.by_name(name).map_err(|_| file_err(format!("has no `{name}` (a .keras file holds config.json and model.weights.h5)")))?;
+        if m.size() > MAX_MEMBER_BYTES {
+            return Err(file_err(format!("`{name}` unpacks to {} bytes; the CNN path reads members up to {MAX_MEMBER_BYTES}", m.size())));
+        }
         let mut bytes = Vec::new();
-        m.read_to_end(&mut bytes).map_err(|e| file_err(format!("`{name}`: {e}")))?;
+        // (the declared size may lie: read no more than the limit either way)
+        m.take(MAX_MEMBER_BYTES + 1).read_to_end(&mut bytes).map_err(|e| file_err(format!("`{name}`: {e}")))?;
+        if bytes.len() as u64 > MAX_MEMBER_BYTES {
+            return Err(file_err(format!("`{name}` unpacks to more than {MAX_MEMBER_BYTES} bytes")));
+        }
         Ok(bytes)
     };
     let config: Value = serde_json::from_slice(&member("config.json")?).map_err(|e| file_err(format!("config.json: not JSON: {e}")))?;
@@ -267,6 +282,54 @@ mod tests {
         assert_eq!(&kernel[..3], &[-0.14863615, 0.13236469, 0.1431749]);
         let Layer::Dense { activation, kernel, .. } = &m.layers[6] else { panic!() };
         assert_eq!((*activation, kernel.len()), (Activation::Softmax, 1280));
+    }
+
+    /// The weights file cut at many lengths and corrupted at random bytes: an error or a model, never a
+    /// panic (the fuzz target `keras` goes further, docs/fuzzing.md).
+    #[test]
+    fn cut_and_corrupted_weights_are_errors_not_panics() {
+        let Some(path) = digits() else { return };
+        let mut zin = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let mut config = Vec::new();
+        zin.by_name("config.json").unwrap().read_to_end(&mut config).unwrap();
+        let mut h5 = Vec::new();
+        zin.by_name("model.weights.h5").unwrap().read_to_end(&mut h5).unwrap();
+        let zipped = |h5: &[u8]| {
+            let mut out = std::io::Cursor::new(Vec::new());
+            let mut z = zip::ZipWriter::new(&mut out);
+            let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+            z.start_file("config.json", stored).unwrap();
+            z.write_all(&config).unwrap();
+            z.start_file("model.weights.h5", stored).unwrap();
+            z.write_all(h5).unwrap();
+            z.finish().unwrap();
+            out.into_inner()
+        };
+        let name = Path::new("cut.keras");
+        assert!(parse_bytes(&zipped(&h5), name).is_ok());
+        // every length of the first 8 KiB (superblock, object headers, B-trees), then every 8191st
+        let lengths = (0..8192).chain((8192..h5.len()).step_by(8191));
+        let mut refused = 0;
+        for len in lengths {
+            refused += usize::from(parse_bytes(&zipped(&h5[..len]), name).is_err());
+        }
+        assert!(refused > 8000, "{refused}");
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        // corruptions in the metadata-heavy head and anywhere
+        for i in 0..1000 {
+            let mut b = h5.clone();
+            for _ in 0..1 + i % 4 {
+                let at = if i % 2 == 0 { next() as usize % 16384 } else { next() as usize % b.len() };
+                b[at] = next() as u8;
+            }
+            let _ = parse_bytes(&zipped(&b), name);
+        }
     }
 
     #[test]
