@@ -1,6 +1,6 @@
 //! The llama programs are the same bytes whichever way the compiler builds them: SHA-256 of whole program
 //! containers (code, weights as laid out, tables, layout and meta), pinned from the compiler of 2026-12-07
-//! (commit COMMIT) that emitted instructions straight from the llama hyperparameters, before lowering
+//! (commit c7a5dee, the test's own) that emitted instructions straight from the llama hyperparameters, before lowering
 //! started from the graph IR. A lowering that changes one instruction, operand or byte of a weight fails.
 //!
 //! The tiny models always run; SmolLM2 where `OPU_MODEL_GGUF` names it (`opu fetch smollm2`).
