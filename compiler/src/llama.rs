@@ -43,6 +43,7 @@ pub struct LlamaConfig {
 }
 
 /// Names of one layer's tensors.
+#[derive(Clone, Debug, PartialEq)]
 pub struct LayerNames {
     pub attn_norm: String,
     pub wq: String,

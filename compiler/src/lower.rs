@@ -1,4 +1,5 @@
-//! Lowering a llama model to OPU programs.
+//! Lowering a llama model to OPU programs, from its graph IR (`crate::ir::build_llama`) as the fusion pass
+//! (`crate::fuse`) matches it.
 //!
 //! Two entry points share one device-memory image: `decode` runs one token (`ntok = 1`), `prefill` runs a
 //! batch of `max_batch` prompt tokens per pass, so every weight matrix is streamed once per batch rather than
@@ -12,7 +13,8 @@
 //! group of query heads (each K/V row is read once per group).
 
 use crate::gguf::Gguf;
-use crate::llama::{tensor, LayerNames, LlamaConfig, ModelError, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
+use crate::ir::build_llama;
+use crate::llama::{tensor, LlamaConfig, ModelError};
 use crate::plan::{line, line_up, pad4, DevicePlan, SpmPlan};
 use crate::quantize::{self, QuantMatrix, TensorReport};
 use crate::routers::{Block, Routers};
@@ -237,7 +239,13 @@ const FFN_PRED: Pred = Pred(2);
 
 /// Compiles a llama GGUF for `config`.
 pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let cfg = LlamaConfig::from_gguf(g)?;
+    // The front end reads the hyperparameters (checking every tensor against them) and builds the graph;
+    // the lowering starts from the graph: its fusion pass gives the dimensions and the tensors it emits
+    // for (`crate::fuse`).
+    let graph = build_llama(&LlamaConfig::from_gguf(g)?);
+    graph.validate(g)?;
+    let low = crate::fuse::llama(&graph)?;
+    let cfg = low.dims.clone();
     let path = g.path.display().to_string();
     let unsupported = |what: String| CompileError::Unsupported { path: path.clone(), what };
     let fits = |what: String| CompileError::DoesNotFit { config: config.name.clone(), what };
@@ -287,10 +295,10 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     };
     let mut layer_mats = Vec::with_capacity(cfg.n_layer);
     for l in 0..cfg.n_layer {
-        let n = LayerNames::new(l);
+        let n = &low.layers[l];
         layer_mats.push([mat(&n.wq)?, mat(&n.wk)?, mat(&n.wv)?, mat(&n.wo)?, mat(&n.w_gate)?, mat(&n.w_up)?, mat(&n.w_down)?]);
     }
-    let output = mat(if cfg.tied_output { TOKEN_EMBD } else { OUTPUT })?;
+    let output = mat(&low.output)?;
     // The matrix unit holds whole rows in its weight buffer (docs/isa.md, `matmul`).
     let max_row = config.max_matmul_row_bytes() as usize;
     for m in layer_mats.iter().flatten().chain(std::iter::once(&output)) {
@@ -310,7 +318,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     };
 
     // The embedding table the gather reads: the exact weights rounded to FP16 (activations are FP16).
-    let embd = tensor(g, TOKEN_EMBD)?;
+    let embd = tensor(g, &low.embedding)?;
     let embd_f32 = g.dequantize(embd).map_err(ModelError::from)?;
     let mut embed_f16 = Vec::with_capacity(embd_f32.len() * 2);
     let mut embed_rel = 0.0f64;
@@ -333,7 +341,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     let mut layers = Vec::with_capacity(cfg.n_layer);
     let kv_row = (hkv * hd * 2) as u64;
     for (l, mats) in layer_mats.into_iter().enumerate() {
-        let n = LayerNames::new(l);
+        let n = &low.layers[l];
         let attn_norm = image.put(&n.attn_norm, "norms", gains(&n.attn_norm)?);
         let ffn_norm = image.put(&n.ffn_norm, "norms", gains(&n.ffn_norm)?);
         let [wq, wk, wv, wo, w_gate, w_up, w_down] = mats;
@@ -380,7 +388,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         }
     }
     let output_addr = image.put_matrix(output).0;
-    let out_norm = image.put(OUTPUT_NORM, "norms", gains(OUTPUT_NORM)?);
+    let out_norm = image.put(&low.output_norm, "norms", gains(&low.output_norm)?);
     let embed_f16_addr = image.put("embed_f16", "weights", embed_f16);
     let mut rope = Vec::with_capacity(max_context * hd * 4);
     for p in 0..max_context {
