@@ -40,6 +40,9 @@ pub struct BlockUpdate<'a> {
     pub update: &'a [f32],
 }
 
+/// Sees every node's output rows (`Interpreter::forward_rows_observed`).
+type ObserveNode<'a> = &'a mut dyn FnMut(&crate::ir::Node, &[f32]);
+
 /// Decides whether a block is skipped: `(layer, block, the block's input rows) -> skip`.
 type Decide<'a> = &'a mut dyn FnMut(usize, Block, &[f32]) -> bool;
 
@@ -126,7 +129,7 @@ impl Interpreter {
             [i] if i.shape != Shape::Token => i.shape,
             _ => return Err(ModelError::Input { what: "forward_rows runs graphs whose input is a vector or an image".into() }),
         };
-        if rows.is_empty() || rows.len() % input.len() != 0 {
+        if rows.is_empty() || !rows.len().is_multiple_of(input.len()) {
             return Err(ModelError::Input { what: format!("{} values are not whole rows of the input {input}", rows.len()) });
         }
         let mut values = vec![None; self.graph.value_count()];
@@ -325,7 +328,7 @@ impl Interpreter {
         values: &mut [Option<Vec<f32>>],
         mut skips: Option<Decide<'_>>,
         mut observe: Option<&mut dyn FnMut(BlockUpdate<'_>)>,
-        mut observe_nodes: Option<&mut dyn FnMut(&crate::ir::Node, &[f32])>,
+        mut observe_nodes: Option<ObserveNode<'_>>,
         free: bool,
     ) {
         let (tokens, n) = match input {

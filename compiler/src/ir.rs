@@ -144,10 +144,10 @@ impl Op {
     /// Every tensor the op reads, with its number of elements (given the node's output shape).
     pub fn tensor_lens(&self, out: Shape) -> Vec<(&str, usize)> {
         match self {
-            &Op::Conv2d { ref weight, ref bias, kernel, in_channels, out_channels, .. } => {
-                vec![(weight.as_str(), kernel * kernel * in_channels * out_channels), (bias.as_str(), out_channels)]
+            Op::Conv2d { weight, bias, kernel, in_channels, out_channels, .. } => {
+                vec![(weight.as_str(), kernel * kernel * in_channels * out_channels), (bias.as_str(), *out_channels)]
             }
-            &Op::Dense { ref weight, ref bias, rows, cols, .. } => vec![(weight.as_str(), rows * cols), (bias.as_str(), rows)],
+            Op::Dense { weight, bias, rows, cols, .. } => vec![(weight.as_str(), rows * cols), (bias.as_str(), *rows)],
             _ => match (self.weight(), self.weight_dims(out)) {
                 (Some(name), Some(dims)) => vec![(name, dims.iter().product::<u64>() as usize)],
                 _ => vec![],

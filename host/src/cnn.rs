@@ -329,3 +329,66 @@ pub fn scaling_report(meta: &CnnMeta) -> String {
     }
     s + &format!("  output: {} logits Q{}.{}{}\n", meta.classes, 16 - p.output_frac(), p.output_frac(), if meta.softmax { ", softmax on the host" } else { "" })
 }
+
+/// One backend's row of `opu bench --model digits`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CnnBenchRow {
+    pub backend: String,
+    pub images: usize,
+    /// Wall-clock images per second on this machine (one image per call, one thread; the best of the rounds).
+    pub images_per_second: f64,
+    /// This row's images/s over the first row's, measured in the same rounds.
+    pub speed_ratio: f64,
+    /// The overlay's cycles per image (the functional simulator's cycle estimate) and images/s at the
+    /// config's core clock; none for the interpreter.
+    pub cycles_per_image: Option<f64>,
+    pub projected_images_per_second: Option<f64>,
+}
+
+/// The functional simulator (the fixed-point program) and the f32 interpreter side by side on the same
+/// `images` (input rows), one image per call, in `rounds` alternating rounds (the machine's load hits both
+/// alike); each row keeps its best round.
+pub fn bench(net: &Network, images: &[f32], calibration: &[f32], config: &OverlayConfig, rounds: usize) -> Result<Vec<CnnBenchRow>> {
+    let per = net.graph.inputs[0].shape.len();
+    let n = images.len() / per;
+    anyhow::ensure!(n > 0, "no images to bench");
+    let mut program = CnnProgram::compile_on_sim(net, calibration, config)?;
+    let (mut best_sim, mut best_ref) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..rounds.max(1) {
+        let t = std::time::Instant::now();
+        for img in images.chunks_exact(per) {
+            program.classify(img)?;
+        }
+        best_sim = best_sim.min(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        for img in images.chunks_exact(per) {
+            reference_scores(net, img)?;
+        }
+        best_ref = best_ref.min(t.elapsed().as_secs_f64());
+    }
+    let cycles = program.counters.cycles as f64 / program.images as f64;
+    let sim_rate = n as f64 / best_sim;
+    Ok(vec![
+        CnnBenchRow {
+            backend: format!("sim (16-bit fixed point, overlay `{}`)", config.name),
+            images: n,
+            images_per_second: sim_rate,
+            speed_ratio: 1.0,
+            cycles_per_image: Some(cycles),
+            projected_images_per_second: Some(f64::from(config.core_clock_mhz) * 1e6 / cycles.max(1.0)),
+        },
+        CnnBenchRow {
+            backend: "reference (f32 interpreter)".into(),
+            images: n,
+            images_per_second: n as f64 / best_ref,
+            speed_ratio: n as f64 / best_ref / sim_rate,
+            cycles_per_image: None,
+            projected_images_per_second: None,
+        },
+    ])
+}
+
+/// `images` of the dataset at `path`, evenly spread, preprocessed, as input rows.
+pub fn dataset_rows(net: &Network, path: &Path, images: usize, preprocess: Preprocess) -> Result<Vec<f32>> {
+    calibration_rows(net, path, images, preprocess)
+}

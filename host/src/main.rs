@@ -168,6 +168,13 @@ enum Command {
         /// the ratios to the first row, the overlay's figures.
         #[arg(long)]
         json: bool,
+        /// A CNN --model (digits, a .keras file): images of --dataset per backend; the table shows images/s of
+        /// the sim backend and of the f32 interpreter side by side, and the overlay's cycles per image.
+        #[arg(long, default_value_t = 200)]
+        images: usize,
+        /// The images a CNN is benched on (and calibrated on, apart from them).
+        #[arg(long, default_value = "mnist5k")]
+        dataset: String,
     },
     /// Compile a model into a program container for an overlay: a GGUF language model, or a Keras CNN in
     /// auto-scaled 16-bit fixed point (the report lists every layer's formats).
@@ -876,7 +883,33 @@ fn run(cli: Cli) -> Result<()> {
                 report.against
             );
         }
-        Command::Bench { model, prompt_tokens, decode_tokens, context, json } => {
+        Command::Bench { model, json, images, dataset, .. } if model.model.as_deref().is_some_and(cache::is_keras) => {
+            let name = model.model.clone().unwrap_or_default();
+            let config = OverlayConfig::from_name_or_path(&model.config)?;
+            let path = cache::resolve_kind(&name, cache::FileKind::Keras, "--model", json)?;
+            let data = cache::resolve_kind(&dataset, cache::FileKind::Dataset, "--dataset", json)?;
+            let net = opu_host::cnn::open_network(&path, 1.0 / 255.0)?;
+            let pre = opu_host::cnn::default_preprocess(&name);
+            // the images benched are every other one of a spread of 2N; calibration takes the ones between
+            let both = opu_host::cnn::dataset_rows(&net, &data, 2 * images.max(1), pre)?;
+            let per = net.graph.inputs[0].shape.len();
+            let (mut bench, mut calibration) = (Vec::new(), Vec::new());
+            for (i, row) in both.chunks_exact(per).enumerate() {
+                if i % 2 == 0 { &mut bench } else { &mut calibration }.extend_from_slice(row);
+            }
+            let rows = opu_host::cnn::bench(&net, &bench, &calibration, &config, 3)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:<44} {:>7} {:>10} {:>7} {:>14} {:>16}", "backend", "images", "images/s", "ratio", "cycles/image", "projected img/s");
+                for r in &rows {
+                    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+                    println!("{:<44} {:>7} {:>10.1} {:>7.2} {:>14} {:>16}", r.backend, r.images, r.images_per_second, r.speed_ratio, opt(r.cycles_per_image), opt(r.projected_images_per_second));
+                }
+                println!("(one image per call, one thread, best of 3 alternating rounds; cycles: the functional simulator's estimate at {} MHz)", config.core_clock_mhz);
+            }
+        }
+        Command::Bench { model, prompt_tokens, decode_tokens, context, json, .. } => {
             anyhow::ensure!(prompt_tokens > 0, "--prompt-tokens must be at least 1");
             anyhow::ensure!(context.is_none_or(|c| c > 0), "--context must be at least 1");
             // Several backends (and overlay configs), side by side in one run (e.g. `--backend sim,reference`).
