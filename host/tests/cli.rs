@@ -472,3 +472,71 @@ fn calibrate_and_compile_with_skip() {
     assert_eq!((h["top1_agreement"].as_f64(), h["perplexity_ratio"].as_f64()), (skip["top1_agreement"].as_f64(), skip["perplexity_ratio"].as_f64()), "{h}");
     assert!(h["against_perplexity"].as_f64().unwrap() > 1.0, "{h}");
 }
+
+/// The CNN path from the command line: classify (sim and reference agree; --json), eval --dataset on a small
+/// CSV, compile's fixed-point report, and bad images refused naming the file. Needs `OPU_DIGITS_KERAS` and
+/// `OPU_MNIST5K` (`opu fetch digits`, `opu fetch mnist5k`); skips without them.
+#[test]
+fn classify_eval_and_compile_a_cnn() {
+    let (Some(model), Some(data)) = (std::env::var("OPU_DIGITS_KERAS").ok(), std::env::var("OPU_MNIST5K").ok()) else {
+        eprintln!("skipped: set OPU_DIGITS_KERAS and OPU_MNIST5K (`opu fetch digits`, `opu fetch mnist5k`)");
+        return;
+    };
+    let ds = opu_compiler::dataset::read_csv(std::path::Path::new(&data), 784).unwrap();
+    // a light digit on black as a PGM, and a dark one on white as a PNG
+    let pgm = tmp("digit.pgm");
+    let px = |i: usize| ds.image(i).iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" ");
+    std::fs::write(&pgm, format!("P2\n28 28\n255\n{}\n", px(1700))).unwrap();
+    let png = tmp("digit.png");
+    let inverted: Vec<u8> = ds.image(3600).iter().map(|p| 255 - p).collect();
+    image::GrayImage::from_raw(28, 28, inverted).unwrap().save(&png).unwrap();
+    let classify = |backend: &str| {
+        let out = opu(&["classify", "--model", &model, "--calibration", &data, "--backend", backend, "--json", s(&pgm), s(&png)]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let (sim, reference) = (classify("sim"), classify("reference"));
+    for i in 0..2 {
+        let (a, b) = (&sim["images"][i], &reference["images"][i]);
+        assert_eq!(a["class"], b["class"], "image {i}");
+        assert_eq!(a["top"].as_array().unwrap().len(), 3);
+        assert!(a["cycles"].as_u64().unwrap() > 1000 && b["cycles"].is_null());
+        let p: f64 = a["top"][0]["probability"].as_f64().unwrap();
+        assert!((p - b["top"][0]["probability"].as_f64().unwrap()).abs() < 1e-3 && p > 0.0 && p <= 1.0);
+    }
+    // eval on 40 digits (4 per class) as a plain CSV
+    let csv = tmp("digits.csv");
+    let rows: Vec<String> = (0..40).map(|j| j * 125).map(|i| format!("{},{}", ds.image(i).iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","), ds.labels[i])).collect();
+    std::fs::write(&csv, rows.join("\n")).unwrap();
+    let out = opu(&["eval", "--model", &model, "--dataset", s(&csv), "--calibration-images", "16", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["images"], 40);
+    for key in ["accuracy", "reference_accuracy", "top1_agreement", "max_logit_error", "cycles_per_image", "projected_images_per_second"] {
+        assert!(e[key].as_f64().is_some(), "{key}: {e}");
+    }
+    assert_eq!(e["top1_agreement"], 1.0);
+    assert_eq!(e["calibration_images"], 16);
+    // compile prints every layer's formats
+    let out = opu(&["compile", &model, "--calibration", &data, "-o", s(&tmp("digits.opu"))]);
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("input Q2.14") && report.contains("conv2d_1") && report.contains("Q1.15") && report.contains("logits"), "{report}");
+    // bad images and datasets
+    let text = tmp("notes.png");
+    std::fs::write(&text, "not an image").unwrap();
+    let out = opu(&["classify", "--model", &model, "--backend", "reference", s(&text)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("notes.png") && err.contains("not a PNG or PGM"), "{err}");
+    let blank = tmp("blank.pgm");
+    std::fs::write(&blank, "P2\n2 2\n255\n0 0\n0 0\n").unwrap();
+    let out = opu(&["classify", "--model", &model, "--backend", "reference", s(&blank)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("blank.pgm") && err.contains("no ink"), "{err}");
+    std::fs::write(&csv, "1,2,3\n").unwrap();
+    let out = opu(&["eval", "--model", &model, "--dataset", s(&csv)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("digits.csv") && err.contains("line 1") && err.contains("784 pixels"), "{err}");
+    let out = opu(&["classify", "--model", &model, "--backend", "rtl", s(&pgm)]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no `conv` and `maxpool` units"));
+}
