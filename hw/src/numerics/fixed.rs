@@ -67,39 +67,46 @@ impl ConvShape {
 
 /// Convolution: `input` HWC, `weights` `[out][ky][kx][in]`, `bias` per output channel (product format),
 /// output HWC `i16` after [`requantize`]. Padding reads zeros.
+///
+/// Each output is its bias plus every product of its window, summed exactly (in `i64`: the order does not
+/// matter); the window's kernel row `ky` is one run of `kernel x in` values of the (zero-padded) input and
+/// of the kernel, so each row is one exact dot product.
 pub fn conv2d(input: &[i16], weights: &[i16], bias: &[i32], s: &ConvShape, shift: u32, relu: bool) -> Vec<i16> {
     assert_eq!(input.len(), s.height * s.width * s.in_channels);
     assert_eq!(weights.len(), s.out_channels * s.kernel * s.kernel * s.in_channels);
     assert_eq!(bias.len(), s.out_channels);
     assert!(s.kernel * s.kernel * s.in_channels <= MAX_PRODUCTS);
     let (oh, ow) = (s.out_height(), s.out_width());
+    let (k, cin, pw) = (s.kernel, s.in_channels, s.width + 2 * s.pad);
+    let padded: std::borrow::Cow<[i16]> = if s.pad == 0 {
+        std::borrow::Cow::Borrowed(input)
+    } else {
+        let mut p = vec![0i16; (s.height + 2 * s.pad) * pw * cin];
+        for (y, row) in input.chunks_exact(s.width * cin).enumerate() {
+            p[((y + s.pad) * pw + s.pad) * cin..][..row.len()].copy_from_slice(row);
+        }
+        std::borrow::Cow::Owned(p)
+    };
+    let (run, taps) = (k * cin, k * k * cin);
     let mut out = Vec::with_capacity(oh * ow * s.out_channels);
     for oy in 0..oh {
         for ox in 0..ow {
-            for (oc, &b) in bias.iter().enumerate() {
+            for (kernel, &b) in weights.chunks_exact(taps).zip(bias) {
                 let mut acc = i64::from(b);
-                for ky in 0..s.kernel {
-                    let iy = (oy * s.stride + ky) as isize - s.pad as isize;
-                    if iy < 0 || iy >= s.height as isize {
-                        continue;
-                    }
-                    for kx in 0..s.kernel {
-                        let ix = (ox * s.stride + kx) as isize - s.pad as isize;
-                        if ix < 0 || ix >= s.width as isize {
-                            continue;
-                        }
-                        let xi = (iy as usize * s.width + ix as usize) * s.in_channels;
-                        let wi = ((oc * s.kernel + ky) * s.kernel + kx) * s.in_channels;
-                        for c in 0..s.in_channels {
-                            acc += i64::from(input[xi + c]) * i64::from(weights[wi + c]);
-                        }
-                    }
+                for (ky, w) in kernel.chunks_exact(run).enumerate() {
+                    acc += dot(&padded[((oy * s.stride + ky) * pw + ox * s.stride) * cin..][..run], w);
                 }
                 out.push(requantize(acc, shift, relu));
             }
         }
     }
     out
+}
+
+/// The exact sum of `a[i] b[i]` (each product exact in `i32`, the sum in `i64`).
+#[inline]
+fn dot(a: &[i16], b: &[i16]) -> i64 {
+    a.iter().zip(b).map(|(&x, &y)| i64::from(i32::from(x) * i32::from(y))).sum()
 }
 
 /// Max-pooling over `kernel x kernel` windows with `stride`, no padding, HWC.
@@ -147,6 +154,63 @@ mod tests {
         assert_eq!(frac_bits_for(1e6), 0);
         assert_eq!(to_fixed(0.5, 14), 8192);
         assert_eq!(to_fixed(100.0, 14), i16::MAX);
+    }
+
+    /// `conv2d` against the convolution written out term by term (every tap checked against the padding),
+    /// on random shapes, strides, paddings and values, the extremes of `i16` included.
+    #[test]
+    fn conv_equals_the_sum_written_out() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..200 {
+            let k = 1 + next() as usize % 4;
+            let s = ConvShape {
+                height: k + next() as usize % 6,
+                width: k + next() as usize % 6,
+                in_channels: 1 + next() as usize % 5,
+                out_channels: 1 + next() as usize % 4,
+                kernel: k,
+                stride: 1 + next() as usize % 3,
+                pad: next() as usize % k.min(3),
+            };
+            let value = |next: &mut dyn FnMut() -> u64| match next() % 8 {
+                0 => i16::MIN,
+                1 => i16::MAX,
+                _ => next() as i16,
+            };
+            let x: Vec<i16> = (0..s.height * s.width * s.in_channels).map(|_| value(&mut next)).collect();
+            let w: Vec<i16> = (0..s.out_channels * k * k * s.in_channels).map(|_| value(&mut next)).collect();
+            let b: Vec<i32> = (0..s.out_channels).map(|_| next() as i32 >> (next() % 16)).collect();
+            let (shift, relu) = ((next() % 40) as u32, case % 2 == 0);
+            let got = conv2d(&x, &w, &b, &s, shift, relu);
+            let mut want = Vec::new();
+            for oy in 0..s.out_height() {
+                for ox in 0..s.out_width() {
+                    for oc in 0..s.out_channels {
+                        let mut acc = i64::from(b[oc]);
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let (iy, ix) = ((oy * s.stride + ky) as i64 - s.pad as i64, (ox * s.stride + kx) as i64 - s.pad as i64);
+                                if iy < 0 || ix < 0 || iy >= s.height as i64 || ix >= s.width as i64 {
+                                    continue;
+                                }
+                                for c in 0..s.in_channels {
+                                    let xi = (iy as usize * s.width + ix as usize) * s.in_channels + c;
+                                    acc += i64::from(x[xi]) * i64::from(w[((oc * k + ky) * k + kx) * s.in_channels + c]);
+                                }
+                            }
+                        }
+                        want.push(requantize(acc, shift, relu));
+                    }
+                }
+            }
+            assert_eq!(got, want, "case {case}: {s:?}");
+        }
     }
 
     #[test]
