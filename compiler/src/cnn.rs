@@ -64,7 +64,7 @@ pub fn from_keras(model: &KerasModel, input_scaling: Option<(f32, f32)>) -> Resu
     let path = &model.path;
     let layer_err = |name: &str, class: &str, what: String| KerasError::Layer { path: path.clone(), layer: name.into(), class: class.into(), what };
     for (layer, out) in model.layers.iter().zip(&model.shapes) {
-        let out_shape = |[h, w, c]: [usize; 3]| if h == 1 && w == 1 && !matches!(layer, Layer::Conv2D { .. } | Layer::MaxPool2D { .. }) { Shape::Vector(c) } else { Shape::Image { h, w, c } };
+        let image = |[h, w, c]: [usize; 3]| Shape::Image { h, w, c };
         match layer {
             Layer::Rescaling { name, scale, offset } => {
                 x = b.node(name.clone(), Op::Rescale { scale: *scale, offset: *offset }, &[x], shape);
@@ -90,14 +90,14 @@ pub fn from_keras(model: &KerasModel, input_scaling: Option<(f32, f32)>) -> Resu
                 weights.insert(wname.clone(), kernel.clone());
                 weights.insert(bname.clone(), bias.clone());
                 let op = Op::Conv2d { weight: wname, bias: bname, kernel: k, stride: s, pad, in_channels: c, out_channels: *filters, relu: *activation == Activation::Relu };
-                shape = out_shape(*out);
+                shape = image(*out);
                 x = b.node(name.clone(), op, &[x], shape);
             }
             Layer::MaxPool2D { name, pool, strides } => {
                 if pool[0] != pool[1] || strides[0] != strides[1] {
                     return Err(layer_err(name, "MaxPooling2D", format!("pool {pool:?} and strides {strides:?}: the overlay's `maxpool` takes square windows and equal strides")));
                 }
-                shape = out_shape(*out);
+                shape = image(*out);
                 x = b.node(name.clone(), Op::MaxPool { kernel: pool[0], stride: strides[0] }, &[x], shape);
             }
             Layer::Flatten { name } => {

@@ -16,7 +16,7 @@ use opu_compiler::cnn::Network;
 use opu_compiler::dataset::Dataset;
 use opu_compiler::fixed_point::{calibrate, plan};
 use opu_compiler::interp::{softmax, Interpreter};
-use opu_compiler::lower_cnn::{compile_cnn, CnnMeta};
+use opu_compiler::lower_cnn::{compile_cnn, CnnMeta, CompiledCnn};
 use opu_hw::OverlayConfig;
 use opu_sim::func::FuncSim;
 use rayon::prelude::*;
@@ -50,23 +50,19 @@ pub fn argmax(v: &[f32]) -> usize {
     v.iter().enumerate().fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
 }
 
-/// The f32 interpreter's scores of `images` (the network's input rows, back to back).
-pub fn reference_scores(net: &Network, images: &[f32]) -> Result<Vec<Scores>> {
-    let softmax_last = ends_in_softmax(net);
-    let logits_node = net.graph.nodes.len() - 1 - usize::from(softmax_last);
-    let mut interp: Interpreter = net.interpreter();
+/// The f32 interpreter's scores of `images` (the input rows of the interpreter's graph, back to back).
+pub fn reference_scores(interp: &mut Interpreter, images: &[f32]) -> Result<Vec<Scores>> {
+    let graph = interp.graph();
+    let softmax_last = matches!(graph.nodes.last().map(|n| &n.op), Some(opu_compiler::ir::Op::Softmax));
+    let logits_node = graph.nodes[graph.nodes.len() - 1 - usize::from(softmax_last)].output;
+    let classes = graph.nodes.last().map_or(0, |n| n.shape.len());
     let mut logits = Vec::new();
     interp.forward_rows_observed(images, &mut |node, out| {
-        if node.output == net.graph.nodes[logits_node].output {
+        if node.output == logits_node {
             logits = out.to_vec();
         }
     })?;
-    let classes = net.classes();
     Ok(logits.chunks_exact(classes).map(|l| Scores::new(l.to_vec(), softmax_last)).collect())
-}
-
-fn ends_in_softmax(net: &Network) -> bool {
-    matches!(net.graph.nodes.last().map(|n| &n.op), Some(opu_compiler::ir::Op::Softmax))
 }
 
 /// A compiled CNN loaded on a device.
@@ -79,20 +75,29 @@ pub struct CnnProgram {
     pub images: u64,
 }
 
+/// Calibrates `net` on `calibration` images (input rows) and compiles it for `config`.
+pub fn compile(net: &Network, calibration: &[f32], config: &OverlayConfig) -> Result<CompiledCnn> {
+    let cal = calibrate(net, calibration).with_context(|| format!("calibrating {}", net.path.display()))?;
+    let plan = plan(net, &cal)?;
+    compile_cnn(net, &plan, config).with_context(|| format!("compiling {}", net.path.display()))
+}
+
 impl CnnProgram {
     /// Calibrates `net` on `calibration` images, compiles it for `config` and loads it on a new functional
     /// simulator.
     pub fn compile_on_sim(net: &Network, calibration: &[f32], config: &OverlayConfig) -> Result<Self> {
-        let cal = calibrate(net, calibration).with_context(|| format!("calibrating {}", net.path.display()))?;
-        let plan = plan(net, &cal)?;
-        let compiled = compile_cnn(net, &plan, config).with_context(|| format!("compiling {}", net.path.display()))?;
+        Self::load_on_sim(&compile(net, calibration, config)?, config)
+    }
+
+    /// Loads a compiled CNN on a new functional simulator.
+    pub fn load_on_sim(compiled: &CompiledCnn, config: &OverlayConfig) -> Result<Self> {
         let mut sim = FuncSim::new(config);
         if let Some(layout) = compiled.container.layout()? {
             sim.set_regions(layout.regions);
         }
         let mut dev = ProgramDevice::Func(sim);
         loader::load(dev.device(), &compiled.container)?;
-        Ok(CnnProgram { dev, meta: compiled.meta, counters: Counters::default(), last: Counters::default(), images: 0 })
+        Ok(CnnProgram { dev, meta: compiled.meta.clone(), counters: Counters::default(), last: Counters::default(), images: 0 })
     }
 
     /// Runs one image (the network's input, before the input scaling).
@@ -114,7 +119,7 @@ impl CnnProgram {
 
 /// A classifier on one backend.
 pub enum Classifier {
-    Reference(Box<Network>),
+    Reference(Box<Interpreter>),
     Program(Box<CnnProgram>),
 }
 
@@ -125,7 +130,7 @@ impl Classifier {
         Ok(match backend {
             "reference" | "auto" => {
                 let note = if backend == "auto" { "auto: no OPU card is driven yet; using the reference path (the f32 interpreter)" } else { "reference (the f32 interpreter of the IR)" };
-                (Classifier::Reference(Box::new(net)), note.to_string())
+                (Classifier::Reference(Box::new(net.interpreter())), note.to_string())
             }
             "sim" => {
                 let p = CnnProgram::compile_on_sim(&net, calibration, config)?;
@@ -138,7 +143,7 @@ impl Classifier {
 
     pub fn classify(&mut self, image: &[f32]) -> Result<Scores> {
         match self {
-            Classifier::Reference(net) => Ok(reference_scores(net, image)?.remove(0)),
+            Classifier::Reference(interp) => Ok(reference_scores(interp, image)?.remove(0)),
             Classifier::Program(p) => p.classify(image),
         }
     }
@@ -201,6 +206,7 @@ pub fn eval_dataset(
     let per = h * w;
     let inputs = dataset_inputs(net, ds, &(0..ds.len()).collect::<Vec<_>>(), preprocess)?;
     anyhow::ensure!(folds >= 2 && folds <= ds.len(), "--folds {folds}: expected 2 to {} (calibration images must not be evaluation images)", ds.len());
+    anyhow::ensure!(calibration_images > 0, "--calibration-images must be at least 1");
     let bar = if progress { indicatif::ProgressBar::new(ds.len() as u64) } else { indicatif::ProgressBar::hidden() };
     bar.set_style(indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} images ({eta})").expect("template"));
     let mut rows: Vec<(usize, Scores, Scores)> = Vec::with_capacity(ds.len());
@@ -209,13 +215,13 @@ pub fn eval_dataset(
         bar.set_message(format!("fold {}/{folds}", f + 1));
         let others: Vec<usize> = (0..ds.len()).filter(|i| i % folds != f).collect();
         let calibration = images_at(&inputs, per, &spread(&others, calibration_images));
-        let proto = CnnProgram::compile_on_sim(net, &calibration, config)?;
-        plans.push(proto.meta.plan.clone());
+        let compiled = compile(net, &calibration, config)?;
+        plans.push(compiled.meta.plan.clone());
         let mine: Vec<usize> = (f..ds.len()).step_by(folds).collect();
         // the reference in chunks (one interpreter pass per chunk), the overlay on a simulator per worker
         let reference: Vec<Scores> = mine
             .par_chunks(64)
-            .map(|chunk| reference_scores(net, &images_at(&inputs, per, chunk)))
+            .map_init(|| net.interpreter(), |interp, chunk| reference_scores(interp, &images_at(&inputs, per, chunk)))
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .flatten()
@@ -223,7 +229,7 @@ pub fn eval_dataset(
         let results: Vec<(Scores, Counters)> = mine
             .par_iter()
             .map_init(
-                || CnnProgram::compile_on_sim(net, &calibration, config),
+                || CnnProgram::load_on_sim(&compiled, config),
                 |p, &i| -> Result<(Scores, Counters)> {
                     let p = p.as_mut().map_err(|e| anyhow::anyhow!("{e:#}"))?;
                     let s = p.classify(&images_at(&inputs, per, &[i]))?;
@@ -293,9 +299,9 @@ fn dataset_inputs(net: &Network, ds: &Dataset, indexes: &[usize], preprocess: Pr
     Ok(rows)
 }
 
-/// `count` calibration images of the dataset at `path` (evenly spread over it), preprocessed, as input rows.
-pub fn calibration_rows(net: &Network, path: &Path, count: usize, preprocess: Preprocess) -> Result<Vec<f32>> {
-    anyhow::ensure!(count > 0, "--calibration-images must be at least 1");
+/// `count` images of the dataset at `path` (evenly spread over it), preprocessed, as input rows.
+pub fn dataset_rows(net: &Network, path: &Path, count: usize, preprocess: Preprocess) -> Result<Vec<f32>> {
+    anyhow::ensure!(count > 0, "no images asked of {}", path.display());
     let ds = opu_compiler::dataset::read_csv(path, net.input_shape()[0] * net.input_shape()[1])?;
     dataset_inputs(net, &ds, &spread(&(0..ds.len()).collect::<Vec<_>>(), count), preprocess)
 }
@@ -353,6 +359,7 @@ pub fn bench(net: &Network, images: &[f32], calibration: &[f32], config: &Overla
     let n = images.len() / per;
     anyhow::ensure!(n > 0, "no images to bench");
     let mut program = CnnProgram::compile_on_sim(net, calibration, config)?;
+    let mut interp = net.interpreter();
     let (mut best_sim, mut best_ref) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..rounds.max(1) {
         let t = std::time::Instant::now();
@@ -362,7 +369,7 @@ pub fn bench(net: &Network, images: &[f32], calibration: &[f32], config: &Overla
         best_sim = best_sim.min(t.elapsed().as_secs_f64());
         let t = std::time::Instant::now();
         for img in images.chunks_exact(per) {
-            reference_scores(net, img)?;
+            reference_scores(&mut interp, img)?;
         }
         best_ref = best_ref.min(t.elapsed().as_secs_f64());
     }
@@ -386,9 +393,4 @@ pub fn bench(net: &Network, images: &[f32], calibration: &[f32], config: &Overla
             projected_images_per_second: None,
         },
     ])
-}
-
-/// `images` of the dataset at `path`, evenly spread, preprocessed, as input rows.
-pub fn dataset_rows(net: &Network, path: &Path, images: usize, preprocess: Preprocess) -> Result<Vec<f32>> {
-    calibration_rows(net, path, images, preprocess)
 }

@@ -403,7 +403,8 @@ impl CnnArgs {
     /// The calibration images, preprocessed, as input rows of `net`.
     fn calibration(&self, net: &opu_compiler::cnn::Network, model: &str, quiet: bool) -> Result<Vec<f32>> {
         let path = cache::resolve_kind(&self.calibration, cache::FileKind::Dataset, "--calibration", quiet)?;
-        opu_host::cnn::calibration_rows(net, &path, self.calibration_images, self.preprocess(model)?)
+        anyhow::ensure!(self.calibration_images > 0, "--calibration-images must be at least 1");
+        opu_host::cnn::dataset_rows(net, &path, self.calibration_images, self.preprocess(model)?)
     }
 }
 
