@@ -131,30 +131,7 @@ pub fn from_keras(model: &KerasModel, input_scaling: Option<(f32, f32)>) -> Resu
 pub(crate) mod tests {
     use super::*;
 
-    /// A small network by hand: 5x5x2 -> conv 3x3 -> 3 channels (same, ReLU) -> maxpool 2 -> flatten ->
-    /// dense 4 (softmax), weights from a fixed sequence.
-    pub(crate) fn tiny() -> KerasModel {
-        let mut v = 0.37f32;
-        let mut next = |n: usize| -> Vec<f32> {
-            (0..n)
-                .map(|_| {
-                    v = (v * 7.31 + 0.11).fract();
-                    v - 0.5
-                })
-                .collect()
-        };
-        KerasModel {
-            path: "tiny.keras".into(),
-            input: [5, 5, 2],
-            layers: vec![
-                Layer::Conv2D { name: "conv".into(), kernel_size: [3, 3], strides: [1, 1], same: true, filters: 3, activation: Activation::Relu, kernel: next(54), bias: next(3) },
-                Layer::MaxPool2D { name: "pool".into(), pool: [2, 2], strides: [2, 2] },
-                Layer::Flatten { name: "flatten".into() },
-                Layer::Dense { name: "dense".into(), units: 4, activation: Activation::Softmax, kernel: next(48), bias: next(4) },
-            ],
-            shapes: vec![[5, 5, 3], [2, 2, 3], [1, 1, 12], [1, 1, 4]],
-        }
-    }
+    pub(crate) use crate::testing::tiny_cnn as tiny;
 
     #[test]
     fn keras_layers_become_nodes() {

@@ -1,7 +1,8 @@
 //! Small synthetic llama models for tests: real GGUF files (Q4_1 / F16 / Q8_0 / F32 tensors, llama metadata)
-//! with seeded random weights, fast enough for the simulators in debug builds.
+//! with seeded random weights, fast enough for the simulators in debug builds; and a small CNN.
 
 use crate::gguf::{GgufWriter, Value};
+use crate::keras::{Activation, KerasModel, Layer};
 use crate::llama::{LayerNames, OUTPUT_NORM, TOKEN_EMBD};
 use crate::routers::{Block, Router, Routers};
 use opu_hw::numerics::weights::{quantize_block, WeightFormat};
@@ -114,6 +115,32 @@ pub fn random_routers(n_layer: usize, hidden: usize, seed: u64, blocks: &[Block]
     }
     r
 }
+
+/// A small CNN as the Keras reader gives it: 5x5x2 -> conv 3x3 -> 3 channels (same, ReLU) -> maxpool 2 -> flatten ->
+/// dense 4 (softmax), weights from a fixed sequence.
+pub fn tiny_cnn() -> KerasModel {
+    let mut v = 0.37f32;
+    let mut next = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                v = (v * 7.31 + 0.11).fract();
+                v - 0.5
+            })
+            .collect()
+    };
+    KerasModel {
+        path: "tiny.keras".into(),
+        input: [5, 5, 2],
+        layers: vec![
+            Layer::Conv2D { name: "conv".into(), kernel_size: [3, 3], strides: [1, 1], same: true, filters: 3, activation: Activation::Relu, kernel: next(54), bias: next(3) },
+            Layer::MaxPool2D { name: "pool".into(), pool: [2, 2], strides: [2, 2] },
+            Layer::Flatten { name: "flatten".into() },
+            Layer::Dense { name: "dense".into(), units: 4, activation: Activation::Softmax, kernel: next(48), bias: next(4) },
+        ],
+        shapes: vec![[5, 5, 3], [2, 2, 3], [1, 1, 12], [1, 1, 4]],
+    }
+}
+
 
 #[cfg(test)]
 mod tests {

@@ -58,3 +58,41 @@ fn fit_preprocessing_matches_the_packages_own() {
     }
     assert_eq!(count, 148);
 }
+
+/// A small CNN (`opu_compiler::testing::tiny_cnn`: same-padded conv, maxpool, flatten, dense softmax) compiled
+/// and run on the functional simulator against the f32 interpreter, and the simulator's MAC count against
+/// the compiler's: runs everywhere (no model files).
+#[test]
+fn a_tiny_cnn_runs_on_the_simulator_as_in_f32() {
+    use opu_host::cnn::{reference_scores, CnnProgram};
+    let net = from_keras(&opu_compiler::testing::tiny_cnn(), Some((1.0 / 255.0, 0.0))).unwrap();
+    let mut state = 0x1234_5678_9abc_def1u64;
+    let mut images = |n: usize| -> Vec<f32> {
+        (0..n * 50)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % 256) as f32
+            })
+            .collect()
+    };
+    let (calibration, eval) = (images(32), images(32));
+    let mut p = CnnProgram::compile_on_sim(&net, &calibration, &OverlayConfig::sim()).unwrap();
+    let mut interp = net.interpreter();
+    let frac = p.meta.plan.output_frac();
+    let mut worst = 0f32;
+    for img in eval.chunks_exact(50) {
+        let (s, r) = (p.classify(img).unwrap(), reference_scores(&mut interp, img).unwrap().remove(0));
+        assert_eq!(s.class, r.class);
+        for (a, b) in s.logits.iter().zip(&r.logits) {
+            worst = worst.max((a - b).abs());
+        }
+        // the conv, the pool and the dense layer's multiply-accumulates, counted by the simulator
+        assert_eq!(p.last.macs, p.meta.macs_per_image);
+    }
+    assert_eq!(p.meta.macs_per_image, 5 * 5 * 3 * 3 * 3 * 2 + 12 * 4);
+    // a few units of the logits' last place (16-bit formats; the rounding of three layers)
+    assert!(worst <= 8.0 / (1u32 << frac) as f32, "largest logit error {worst} with {frac} fraction bits");
+    assert_eq!(p.images, 32);
+}
