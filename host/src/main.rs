@@ -1437,7 +1437,10 @@ fn print_design_report(r: &opu_rtl::synth::DesignReport) {
 
 fn inspect(input: &Path, json: bool) -> Result<()> {
     let c = Container::read(input)?;
-    let meta: Option<opu_compiler::ProgramMeta> = c.meta()?.and_then(|m| serde_json::from_value(m).ok());
+    let raw_meta = c.meta()?;
+    let meta: Option<opu_compiler::ProgramMeta> = raw_meta.clone().and_then(|m| serde_json::from_value(m).ok());
+    // a CNN's program (`opu compile digits`)
+    let cnn: Option<opu_compiler::lower_cnn::CnnMeta> = raw_meta.and_then(|m| serde_json::from_value(m).ok());
     let lanes = OverlayConfig::PRESETS
         .iter()
         .filter_map(|n| OverlayConfig::preset(n).ok())
@@ -1470,7 +1473,8 @@ fn inspect(input: &Path, json: bool) -> Result<()> {
     let out = serde_json::json!({
         "file": input.display().to_string(),
         "config_hash": format!("{:#018x}", c.config_hash),
-        "model": meta.as_ref().map(|m| m.model.clone()),
+        "model": meta.as_ref().map(|m| m.model.clone()).or(cnn.as_ref().map(|m| m.model.clone())),
+        "cnn": cnn.as_ref().map(|m| serde_json::json!({"input": m.input, "classes": m.classes, "weight_bytes": m.weight_bytes, "macs_per_image": m.macs_per_image, "plan": m.plan})),
         "entries": entries,
         "decode": per_token,
         "sections": sections,
@@ -1490,6 +1494,19 @@ fn inspect(input: &Path, json: bool) -> Result<()> {
             m.kv_bytes_per_position
         );
     }
+    if let Some(m) = &cnn {
+        println!(
+            "  CNN {}: input {}x{}x{}, {} classes, {:.1} KiB of weights, {} MACs per image",
+            m.model,
+            m.input[0],
+            m.input[1],
+            m.input[2],
+            m.classes,
+            m.weight_bytes as f64 / 1024.0,
+            m.macs_per_image
+        );
+        print!("{}", opu_host::cnn::scaling_report(m));
+    }
     for e in &entries {
         println!("  entry `{}`: {} instructions {}", e["name"].as_str().unwrap_or(""), e["instructions"], e["by_class"]);
     }
@@ -1501,7 +1518,8 @@ fn inspect(input: &Path, json: bool) -> Result<()> {
             _ => {}
         }
     }
-    println!("  {} sections: {:.1} MiB of data, {:.1} MiB zeroed at load (KV cache)", c.sections.len(), data as f64 / 1048576.0, bss as f64 / 1048576.0);
+    let zeroed = if cnn.is_some() { "the image and the logits" } else { "KV cache" };
+    println!("  {} sections: {:.1} MiB of data, {:.1} MiB zeroed at load ({zeroed})", c.sections.len(), data as f64 / 1048576.0, bss as f64 / 1048576.0);
     Ok(())
 }
 
