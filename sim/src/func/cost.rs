@@ -41,6 +41,9 @@ use opu_hw::numerics::WeightFormat;
 use opu_hw::weight_layout::WeightLayout;
 use opu_hw::OverlayConfig;
 
+/// 16 x 16-bit products a PE lane takes per cycle in fixed-point mode (`conv`): one per DSP48E2, 16 DSP48E2.
+const FIXED_PRODUCTS_PER_LANE: u64 = 16;
+
 /// The work one instruction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Work {
@@ -225,9 +228,11 @@ impl CostModel {
             Instr::Route { cols, .. } => (ROUTE_BASE + u64::from(cols) / 4, 0),
             Instr::Load { .. } | Instr::Load2d { .. } => (w.mem_rows_read * lat + w.mem_lines_read + LOAD_EXTRA, 0),
             Instr::Store { .. } | Instr::Store2d { .. } => (w.mem_lines_written + STORE_EXTRA, 0),
-            // `conv` and `maxpool` are not built in the RTL: the roofline of the PE array and the memory.
+            // `conv` and `maxpool` are not built in the RTL: the roofline of the PE array in fixed-point mode and
+            // of the memory. A DSP48E2 (27 x 18) takes one 16 x 16 product, so a lane's 16 DSP48E2 take 16 a
+            // cycle (as for W8; W4's packing puts two in one DSP, which 16-bit weights do not allow).
             Instr::Conv { .. } | Instr::Maxpool { .. } => {
-                let compute = w.pe_products.div_ceil(self.pe_lanes * 32) + w.vector_elems.div_ceil(8);
+                let compute = w.pe_products.div_ceil(self.pe_lanes * FIXED_PRODUCTS_PER_LANE) + w.vector_elems.div_ceil(8);
                 let memory = (w.bytes_read + w.bytes_written).div_ceil(self.beat_bytes);
                 let cycles = compute.max(lat + memory);
                 (cycles, cycles - compute.min(cycles))
