@@ -26,8 +26,6 @@ pub struct Network {
     pub path: PathBuf,
     pub graph: Graph,
     pub weights: HashMap<String, Vec<f32>>,
-    /// The input scaling the front end put first (`x * scale + offset`), if any.
-    pub input_scaling: Option<(f32, f32)>,
 }
 
 impl Network {
@@ -45,14 +43,33 @@ impl Network {
         }
     }
 
+    /// The scaling of the input (`x * scale + offset`) where the graph starts with one: the host's side of
+    /// the input on the overlay.
+    pub fn input_scaling(&self) -> Option<(f32, f32)> {
+        match self.graph.nodes.first().map(|n| &n.op) {
+            Some(&Op::Rescale { scale, offset }) => Some((scale, offset)),
+            _ => None,
+        }
+    }
+
     /// The number of classes (the output's length).
     pub fn classes(&self) -> usize {
         self.graph.nodes.last().map_or(0, |n| n.shape.len())
     }
 }
 
-/// Builds the graph of `model`; `input_scaling` (`x * scale + offset`) is put before the first layer.
+/// Builds the graph of `model`; `input_scaling` (`x * scale + offset`) is put before the first layer. A
+/// model whose first layer is a `Rescaling` scales its input itself: it takes no `input_scaling` (refused,
+/// naming the layer: the input would be scaled twice).
 pub fn from_keras(model: &KerasModel, input_scaling: Option<(f32, f32)>) -> Result<Network, KerasError> {
+    if let (Some(_), Some(Layer::Rescaling { name, .. })) = (input_scaling, model.layers.first()) {
+        return Err(KerasError::Layer {
+            path: model.path.clone(),
+            layer: name.clone(),
+            class: "Rescaling".into(),
+            what: "the model scales its input itself; an input scaling before it would scale twice (give none)".into(),
+        });
+    }
     let [h, w, c] = model.input;
     let mut b = Builder::new(0);
     let mut x = b.input("image", Shape::Image { h, w, c });
@@ -122,7 +139,7 @@ pub fn from_keras(model: &KerasModel, input_scaling: Option<(f32, f32)>) -> Resu
     }
     let mut graph = b.g;
     graph.output = x;
-    let net = Network { path: model.path.clone(), graph, weights, input_scaling };
+    let net = Network { path: model.path.clone(), graph, weights };
     net.graph.check_weights(&net.weights, &model.path.display().to_string()).map_err(|e| KerasError::File { path: model.path.clone(), what: e.to_string() })?;
     Ok(net)
 }
@@ -185,6 +202,18 @@ pub(crate) mod tests {
         // two images give each its own result
         let two = interp.forward_rows(&[img.clone(), img.iter().map(|v| 1.0 - v).collect()].concat()).unwrap();
         assert_eq!(&two[..4], &probs[..]);
+    }
+
+    #[test]
+    fn a_models_own_rescaling_is_its_input_scaling() {
+        let mut m = tiny();
+        m.layers.insert(0, Layer::Rescaling { name: "rescaling".into(), scale: 0.5, offset: 0.25 });
+        m.shapes.insert(0, [5, 5, 2]);
+        assert_eq!(from_keras(&m, None).unwrap().input_scaling(), Some((0.5, 0.25)));
+        let e = from_keras(&m, Some((1.0 / 255.0, 0.0))).unwrap_err().to_string();
+        assert!(e.contains("tiny.keras") && e.contains("layer `rescaling` (Rescaling)") && e.contains("scale twice"), "{e}");
+        assert_eq!(from_keras(&tiny(), None).unwrap().input_scaling(), None);
+        assert_eq!(from_keras(&tiny(), Some((2.0, 1.0))).unwrap().input_scaling(), Some((2.0, 1.0)));
     }
 
     #[test]

@@ -183,7 +183,7 @@ pub fn compile_cnn(net: &Network, plan: &FixedPlan, config: &OverlayConfig) -> R
         kind: "opu-cnn-v1".into(),
         model: net.path.file_stem().map_or("cnn".into(), |s| s.to_string_lossy().into_owned()),
         input: [ih, iw, ic],
-        input_scaling: net.input_scaling,
+        input_scaling: net.input_scaling(),
         input_addr,
         output_addr,
         classes,

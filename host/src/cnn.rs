@@ -269,11 +269,20 @@ pub fn eval_dataset(
     })
 }
 
-/// Opens a Keras model as a network whose input is grey values 0-255, scaled by `input_scale` first.
-pub fn open_network(path: &Path, input_scale: f32) -> Result<Network> {
-    anyhow::ensure!(input_scale.is_finite() && input_scale > 0.0, "--input-scale {input_scale}: expected a positive number");
+/// Opens a Keras model as a network whose input is grey values 0-255, scaled by `input_scale` first: by
+/// default 1/255 (the digit classifier's package divides by 255), or nothing where the model's first layer
+/// is a `Rescaling` of its own.
+pub fn open_network(path: &Path, input_scale: Option<f32>) -> Result<Network> {
+    if let Some(s) = input_scale {
+        anyhow::ensure!(s.is_finite() && s > 0.0, "--input-scale {s}: expected a positive number");
+    }
     let model = opu_compiler::keras::open(path)?;
-    Ok(opu_compiler::cnn::from_keras(&model, Some((input_scale, 0.0)))?)
+    let own = matches!(model.layers.first(), Some(opu_compiler::keras::Layer::Rescaling { .. }));
+    let scaling = match (input_scale, own) {
+        (None, true) => None,
+        (s, _) => Some((s.unwrap_or(1.0 / 255.0), 0.0)),
+    };
+    Ok(opu_compiler::cnn::from_keras(&model, scaling)?)
 }
 
 /// The preprocessing a model expects by default: the digit classifier's own (`fit`) for it, else `resize`.

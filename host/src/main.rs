@@ -383,10 +383,10 @@ struct CnnArgs {
     /// resize (grey values, nearest neighbour). Default: fit for the digit classifier, else resize.
     #[arg(long)]
     preprocess: Option<String>,
-    /// Scale of the grey values (0-255) before the first layer (default 1/255: the digit classifier's
-    /// package divides by 255).
-    #[arg(long, default_value_t = 1.0 / 255.0)]
-    input_scale: f32,
+    /// Scale of the grey values (0-255) before the first layer (default 1/255, as the digit classifier's
+    /// package divides by 255; none for a model whose first layer is a Rescaling).
+    #[arg(long)]
+    input_scale: Option<f32>,
     /// Images the fixed-point formats are calibrated on (a dataset: mnist5k, or a CSV file), for the sim
     /// backend and `compile`. (`eval --dataset` calibrates on the other folds instead.)
     #[arg(long, default_value = "mnist5k")]
@@ -889,7 +889,7 @@ fn run(cli: Cli) -> Result<()> {
             let config = OverlayConfig::from_name_or_path(&model.config)?;
             let path = cache::resolve_kind(&name, cache::FileKind::Keras, "--model", json)?;
             let data = cache::resolve_kind(&dataset, cache::FileKind::Dataset, "--dataset", json)?;
-            let net = opu_host::cnn::open_network(&path, 1.0 / 255.0)?;
+            let net = opu_host::cnn::open_network(&path, None)?;
             let pre = opu_host::cnn::default_preprocess(&name);
             // the images benched are every other one of a spread of 2N; calibration takes the ones between
             let both = opu_host::cnn::dataset_rows(&net, &data, 2 * images.max(1), pre)?;
