@@ -188,10 +188,9 @@ pub struct CnnEval {
 }
 
 /// Runs every image of `ds`, made the model's input by `preprocess`, on the functional simulator and the
-/// f32 interpreter. The images are split into
-/// `folds` folds (image `i` in fold `i % folds`); each fold runs on a program calibrated on
-/// `calibration_images` images of the other folds, so no image is ever classified by a program calibrated
-/// on it. `progress` shows a bar.
+/// f32 interpreter. The images are split into `folds` folds (image `i` in fold `i % folds`); each fold runs
+/// on a program calibrated on `calibration_images` images of the other folds, so no image is ever
+/// classified by a program calibrated on it. `progress` shows a bar.
 #[allow(clippy::too_many_arguments)]
 pub fn eval_dataset(
     net: &Network,
@@ -202,11 +201,11 @@ pub fn eval_dataset(
     folds: usize,
     progress: bool,
 ) -> Result<CnnEval> {
+    anyhow::ensure!(folds >= 2 && folds <= ds.len(), "--folds {folds}: expected 2 to {} (calibration images must not be evaluation images)", ds.len());
+    anyhow::ensure!(calibration_images > 0, "--calibration-images must be at least 1");
     let [h, w, _] = net.input_shape();
     let per = h * w;
     let inputs = dataset_inputs(net, ds, &(0..ds.len()).collect::<Vec<_>>(), preprocess)?;
-    anyhow::ensure!(folds >= 2 && folds <= ds.len(), "--folds {folds}: expected 2 to {} (calibration images must not be evaluation images)", ds.len());
-    anyhow::ensure!(calibration_images > 0, "--calibration-images must be at least 1");
     let bar = if progress { indicatif::ProgressBar::new(ds.len() as u64) } else { indicatif::ProgressBar::hidden() };
     bar.set_style(indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} images ({eta})").expect("template"));
     let mut rows: Vec<(usize, Scores, Scores)> = Vec::with_capacity(ds.len());
