@@ -293,16 +293,28 @@ pub fn default_preprocess(model: &str) -> Preprocess {
     }
 }
 
-/// The network's input from square grey images of `side` pixels: each preprocessed, as input rows.
-fn dataset_inputs(net: &Network, ds: &Dataset, indexes: &[usize], preprocess: Preprocess) -> Result<Vec<f32>> {
+/// The network's input height and width: it must take one channel, as the CNN path reads grey images.
+fn grey_input(net: &Network) -> Result<(usize, usize)> {
     let [h, w, c] = net.input_shape();
     anyhow::ensure!(c == 1, "{}: the model takes {c} channels; the CNN path reads grey images", net.path.display());
+    Ok((h, w))
+}
+
+/// `img` preprocessed into an input row of `net` (`what` names the image in errors).
+fn input_row(net: &Network, img: &Gray, preprocess: Preprocess, what: &str) -> Result<Vec<f32>> {
+    let (h, w) = grey_input(net)?;
+    Ok(preprocess.apply(img, h, w, what)?.into_iter().map(f32::from).collect())
+}
+
+/// The network's input from square grey images of `side` pixels: each preprocessed, as input rows.
+fn dataset_inputs(net: &Network, ds: &Dataset, indexes: &[usize], preprocess: Preprocess) -> Result<Vec<f32>> {
+    let (h, w) = grey_input(net)?;
     let side = (ds.pixels as f64).sqrt() as usize;
     anyhow::ensure!(side * side == ds.pixels, "{}: images of {} pixels are not square", ds.path.display(), ds.pixels);
     let mut rows = Vec::with_capacity(indexes.len() * h * w);
     for &i in indexes {
         let img = Gray { width: side, height: side, pixels: ds.image(i).to_vec() };
-        rows.extend(preprocess.apply(&img, h, w, &format!("{}: image {i}", ds.path.display()))?.into_iter().map(f32::from));
+        rows.extend(input_row(net, &img, preprocess, &format!("{}: image {i}", ds.path.display()))?);
     }
     Ok(rows)
 }
@@ -316,12 +328,7 @@ pub fn dataset_rows(net: &Network, path: &Path, count: usize, preprocess: Prepro
 
 /// The image files at `paths`, preprocessed, as the network's input rows (one per file).
 pub fn image_rows(net: &Network, paths: &[PathBuf], preprocess: Preprocess) -> Result<Vec<Vec<f32>>> {
-    let [h, w, c] = net.input_shape();
-    anyhow::ensure!(c == 1, "{}: the model takes {c} channels; the CNN path reads grey images", net.path.display());
-    paths
-        .iter()
-        .map(|p| Ok(preprocess.apply(&crate::image_input::load(p)?, h, w, &p.display().to_string())?.into_iter().map(f32::from).collect()))
-        .collect()
+    paths.iter().map(|p| input_row(net, &crate::image_input::load(p)?, preprocess, &p.display().to_string())).collect()
 }
 
 /// The scaling decisions of a compiled CNN, a line per layer (the `opu compile` report).

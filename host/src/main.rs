@@ -1086,9 +1086,7 @@ fn run(cli: Cli) -> Result<()> {
             let t = std::time::Instant::now();
             let net = opu_host::cnn::open_network(&path, cnn.input_scale)?;
             let calibration = cnn.calibration(&net, &model, false)?;
-            let cal = opu_compiler::fixed_point::calibrate(&net, &calibration)?;
-            let plan = opu_compiler::fixed_point::plan(&net, &cal)?;
-            let compiled = opu_compiler::lower_cnn::compile_cnn(&net, &plan, &config)?;
+            let compiled = opu_host::cnn::compile(&net, &calibration, &config)?;
             compiled.container.write(&output)?;
             let m = &compiled.meta;
             eprintln!(
