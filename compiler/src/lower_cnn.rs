@@ -13,7 +13,7 @@
 
 use opu_hw::container::{Container, MemoryLayout};
 use opu_hw::isa::{Csr, Instr, Reg, INSTR_BYTES};
-use opu_hw::numerics::fixed::{to_fixed, to_fixed_i32, MAX_PRODUCTS};
+use opu_hw::numerics::fixed::{to_fixed, to_fixed_i32, CONV_DIM_LIMIT, MAX_PRODUCTS};
 use opu_hw::OverlayConfig;
 use serde::{Deserialize, Serialize};
 
@@ -112,8 +112,16 @@ pub fn compile_cnn(net: &Network, plan: &FixedPlan, config: &OverlayConfig) -> R
                     Op::Dense { rows, relu, .. } => (1, 1, 0, rows, relu),
                     _ => unreachable!(),
                 };
-                if k * k * cin > MAX_PRODUCTS || [h, w, cin, cout, k, stride, pad].iter().any(|&v| v > u32::MAX as usize) {
-                    return Err(unsupported(at(&format!("{} products per output: `conv` sums at most {MAX_PRODUCTS}", k * k * cin))));
+                if [h, w, cin, cout, k, stride, pad].iter().any(|&v| v >= CONV_DIM_LIMIT as usize) {
+                    return Err(unsupported(at(&format!("`conv` takes shapes below {CONV_DIM_LIMIT} (h {h}, w {w}, cin {cin}, cout {cout}, k {k}, stride {stride}, pad {pad})"))));
+                }
+                if k * k * cin > MAX_PRODUCTS || k * k * cin * 2 > config.max_conv_kernel_bytes() as usize {
+                    return Err(unsupported(at(&format!(
+                        "{} products per output: a `conv` kernel on this overlay holds at most {} bytes ({} products)",
+                        k * k * cin,
+                        config.max_conv_kernel_bytes(),
+                        (config.max_conv_kernel_bytes() / 2).min(MAX_PRODUCTS as u32)
+                    ))));
                 }
                 // [k][k][cin][cout] (a dense kernel [cin][cout] is the k = 1 case) to [cout][k][k][cin]
                 let taps = k * k * cin;

@@ -6,7 +6,8 @@
 //!   `conv`/`maxpool` program (`opu_compiler::lower_cnn`) and run on the functional simulator through the
 //!   `Device` trait, like any card: the host quantizes the image, writes it, rings the doorbell and reads
 //!   the logits back; the softmax is the host's.
-//! - `rtl`: refused for now: the overlay's RTL has no `conv` and `maxpool` units yet (rtl/src/top.rs).
+//! - `rtl`: the same program on the overlay's RTL under Verilator (`opu_rtlsim::RtlSim`, its CNN unit), bit
+//!   for bit with `sim` and with the RTL's cycle counts; slow (seconds per image), for one image at a time.
 
 use crate::image_input::{Gray, Preprocess};
 use crate::loader::{self, Counters};
@@ -77,6 +78,7 @@ pub struct CnnProgram {
 
 /// Calibrates `net` on `calibration` images (input rows) and compiles it for `config`.
 pub fn compile(net: &Network, calibration: &[f32], config: &OverlayConfig) -> Result<CompiledCnn> {
+    anyhow::ensure!(!calibration.is_empty(), "{}: no calibration images to scale the fixed-point formats from", net.path.display());
     let cal = calibrate(net, calibration).with_context(|| format!("calibrating {}", net.path.display()))?;
     let plan = plan(net, &cal)?;
     compile_cnn(net, &plan, config).with_context(|| format!("compiling {}", net.path.display()))
@@ -95,7 +97,16 @@ impl CnnProgram {
         if let Some(layout) = compiled.container.layout()? {
             sim.set_regions(layout.regions);
         }
-        let mut dev = ProgramDevice::Func(sim);
+        Self::load_on(compiled, ProgramDevice::Func(sim))
+    }
+
+    /// Loads a compiled CNN on a new RTL model (Verilator; the `sim` and `sim-wide` presets).
+    pub fn load_on_rtl(compiled: &CompiledCnn, config: &OverlayConfig) -> Result<Self> {
+        let rtl = opu_rtlsim::RtlSim::new(config).map_err(|e| anyhow::anyhow!("backend `rtl`: {e}"))?;
+        Self::load_on(compiled, ProgramDevice::Rtl(Box::new(rtl)))
+    }
+
+    fn load_on(compiled: &CompiledCnn, mut dev: ProgramDevice) -> Result<Self> {
         loader::load(dev.device(), &compiled.container)?;
         Ok(CnnProgram { dev, meta: compiled.meta.clone(), counters: Counters::default(), last: Counters::default(), images: 0 })
     }
@@ -124,8 +135,8 @@ pub enum Classifier {
 }
 
 impl Classifier {
-    /// Opens `net` on `backend` (`reference`, `sim`, or `auto`: the reference path while no card is
-    /// driven); `sim` calibrates on `calibration` and compiles for `config`.
+    /// Opens `net` on `backend` (`reference`, `sim`, `rtl`, or `auto`: the reference path while no card is
+    /// driven); `sim` and `rtl` calibrate on `calibration` and compile for `config`.
     pub fn open(net: Network, backend: &str, config: &OverlayConfig, calibration: &[f32]) -> Result<(Self, String)> {
         Ok(match backend {
             "reference" | "auto" => {
@@ -136,8 +147,11 @@ impl Classifier {
                 let p = CnnProgram::compile_on_sim(&net, calibration, config)?;
                 (Classifier::Program(Box::new(p)), format!("sim (functional, overlay `{}`, 16-bit fixed point)", config.name))
             }
-            "rtl" => bail!("backend `rtl`: the overlay's RTL has no `conv` and `maxpool` units yet (rtl/src/top.rs); the CNN path runs on `sim` and `reference`"),
-            other => bail!("unknown backend `{other}` for a CNN (expected reference, sim or auto)"),
+            "rtl" => {
+                let p = CnnProgram::load_on_rtl(&compile(&net, calibration, config)?, config)?;
+                (Classifier::Program(Box::new(p)), format!("rtl (Verilator, overlay `{}`, 16-bit fixed point)", config.name))
+            }
+            other => bail!("unknown backend `{other}` for a CNN (expected reference, sim, rtl or auto)"),
         })
     }
 

@@ -95,11 +95,13 @@ enum Command {
         /// A Keras model (.keras), or the name of a known one.
         #[arg(long, default_value = "digits")]
         model: String,
-        /// Backend: sim (16-bit fixed point on the functional simulator), reference (the f32 interpreter), auto
-        /// (an OPU card, else the reference path).
+        /// Backend: sim (16-bit fixed point on the functional simulator), rtl (the same program on the
+        /// overlay's RTL under Verilator: its CNN unit, bit for bit with sim), reference (the f32
+        /// interpreter), auto (an OPU card, else the reference path).
         #[arg(long, default_value = "auto")]
         backend: String,
-        /// Overlay the sim backend compiles for: a preset (sim, sim-wide, u280) or a TOML file.
+        /// Overlay the sim and rtl backends compile for: a preset (sim, sim-wide, u280; rtl: sim, sim-wide)
+        /// or a TOML file.
         #[arg(long, default_value = "sim")]
         config: String,
         #[command(flatten)]
@@ -741,7 +743,7 @@ fn run(cli: Cli) -> Result<()> {
             let path = cache::resolve_kind(&model, cache::FileKind::Keras, "--model", json)?;
             let net = opu_host::cnn::open_network(&path, cnn.input_scale)?;
             let rows = opu_host::cnn::image_rows(&net, &images, cnn.preprocess(&model)?)?;
-            let calibration = if backend == "sim" { cnn.calibration(&net, &model, json)? } else { Vec::new() };
+            let calibration = if matches!(backend.as_str(), "sim" | "rtl") { cnn.calibration(&net, &model, json)? } else { Vec::new() };
             let (mut classifier, note) = opu_host::cnn::Classifier::open(net, &backend, &config, &calibration)?;
             if !json {
                 eprintln!("{}: {note}", path.display());

@@ -96,3 +96,77 @@ fn a_tiny_cnn_runs_on_the_simulator_as_in_f32() {
     assert!(worst <= 8.0 / (1u32 << frac) as f32, "largest logit error {worst} with {frac} fraction bits");
     assert_eq!(p.images, 32);
 }
+
+/// Whether this build has the Verilator models; without them an error under `REQUIRE_VERILATOR=1` (CI), else
+/// a SKIPPED line.
+fn models_or_skip(what: &str) -> bool {
+    if opu_rtlsim::rtl::available() {
+        return true;
+    }
+    assert_ne!(std::env::var("REQUIRE_VERILATOR").as_deref(), Ok("1"), "{what}: no Verilator models and REQUIRE_VERILATOR=1");
+    eprintln!("SKIPPED {what}: opu-rtlsim was built without the Verilator models (no verilator on PATH)");
+    false
+}
+
+/// Runs each image on the RTL and on the functional simulator: the logits (the program's output bytes)
+/// equal bit for bit, and the counters; the RTL's cycles within 1% of the functional simulator's cycle
+/// model, and 32 cycles (the model adds the cycles of the `csrw`s before each `conv`, which the RTL's core
+/// runs while the layer before still computes). Returns the RTL's and the model's cycles of the last image.
+fn rtl_equals_sim(compiled: &opu_compiler::lower_cnn::CompiledCnn, images: &[f32]) -> (u64, u64) {
+    use opu_host::cnn::CnnProgram;
+    let config = OverlayConfig::sim();
+    let mut sim = CnnProgram::load_on_sim(compiled, &config).unwrap();
+    let mut rtl = CnnProgram::load_on_rtl(compiled, &config).unwrap();
+    let per = compiled.meta.input.iter().product::<usize>();
+    let mut last = (0, 0);
+    for (i, img) in images.chunks_exact(per).enumerate() {
+        let (s, r) = (sim.classify(img).unwrap(), rtl.classify(img).unwrap());
+        assert_eq!(r.logits, s.logits, "image {i}: logits");
+        let (a, b) = (&rtl.last, &sim.last);
+        assert_eq!(
+            (a.instructions, a.bytes_read, a.bytes_written, a.macs),
+            (b.instructions, b.bytes_read, b.bytes_written, b.macs),
+            "image {i}: INSTRET, BYTES_READ, BYTES_WRITTEN, MACS"
+        );
+        assert!(a.cycles.abs_diff(b.cycles) <= a.cycles / 100 + 32, "image {i}: RTL {} cycles, the cycle model {}", a.cycles, b.cycles);
+        last = (a.cycles, b.cycles);
+    }
+    last
+}
+
+/// The small CNN on the RTL's CNN unit against the functional simulator (runs everywhere Verilator is: no
+/// model files).
+#[test]
+fn a_tiny_cnn_runs_on_the_rtl_as_on_the_simulator() {
+    if !models_or_skip("a_tiny_cnn_runs_on_the_rtl_as_on_the_simulator") {
+        return;
+    }
+    let net = from_keras(&opu_compiler::testing::tiny_cnn(), Some((1.0 / 255.0, 0.0))).unwrap();
+    let mut state = 0x0bad_cafe_1234_5679u64;
+    let images: Vec<f32> = (0..40 * 50)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 256) as f32
+        })
+        .collect();
+    let compiled = opu_host::cnn::compile(&net, &images[..32 * 50], &OverlayConfig::sim()).unwrap();
+    let (rtl, model) = rtl_equals_sim(&compiled, &images[32 * 50..]);
+    eprintln!("tiny CNN: {rtl} RTL cycles per image, the model {model}");
+}
+
+/// One real digit through the digit classifier on the RTL, bit for bit with the functional simulator.
+#[test]
+fn one_digit_on_the_rtl_equals_the_functional_simulator() {
+    let (Some(model), Some(data)) = (env_path("OPU_DIGITS_KERAS", "digits"), env_path("OPU_MNIST5K", "mnist5k")) else { return };
+    if !models_or_skip("one_digit_on_the_rtl_equals_the_functional_simulator") {
+        return;
+    }
+    let net = from_keras(&keras::open(&model).unwrap(), Some((1.0 / 255.0, 0.0))).unwrap();
+    let rows = opu_host::cnn::dataset_rows(&net, &data, 257, Preprocess::Fit).unwrap();
+    let (calibration, digit) = rows.split_at(256 * 784);
+    let compiled = opu_host::cnn::compile(&net, calibration, &OverlayConfig::sim()).unwrap();
+    let (rtl, model) = rtl_equals_sim(&compiled, digit);
+    eprintln!("digit classifier: {rtl} RTL cycles per image, the model {model}");
+}

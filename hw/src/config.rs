@@ -373,6 +373,15 @@ impl OverlayConfig {
         (32 * self.weight_row_lines()).min(65472)
     }
 
+    /// The largest kernel of one `conv` output channel, bytes (`conv_k² x conv_cin` i16 weights): a PE lane's
+    /// share of the weight buffer, `weight_fifo_bytes / pe_lanes`, less one 32-byte line (the CNN datapath
+    /// keeps each lane's channel as the device-memory lines it spans, and a kernel starts at any i16 of a
+    /// line), and at most `2 x fixed::MAX_PRODUCTS`. A larger kernel traps `BAD_OPERAND`: 8,160 bytes at
+    /// `sim` (4,080 products per output), 32,736 at `u280`.
+    pub fn max_conv_kernel_bytes(&self) -> u32 {
+        (self.weight_fifo_bytes / self.pe_lanes).saturating_sub(32).min(2 * crate::numerics::fixed::MAX_PRODUCTS as u32)
+    }
+
     /// Bytes of the on-chip KV history buffer (K and V, FP16).
     pub fn kv_history_bytes(&self) -> u64 {
         u64::from(self.kv_history_slots) * u64::from(self.kv_history_width) * 2 * 2

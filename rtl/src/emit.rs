@@ -97,6 +97,11 @@ pub const UNITS: &[(&str, &str, &str)] = &[
         "DMA unit (rust-hdl HDL): load/store/load2d/store2d between device memory lines and the 8-bank scratchpad, checked like the functional simulator",
     ),
     (
+        "cnn",
+        "opu_cnn",
+        "CNN unit: conv/maxpool in 16-bit fixed point, pe_lanes lanes of 16 i16 x i16 products (one per DSP48E2) into 48-bit accumulators",
+    ),
+    (
         "matrix",
         "opu_matrix",
         "matrix unit: matmul sequencer (rust-hdl HDL) over the weight feeds, the PE array and the hold registers (structural datapath sized by the config), output rounding",
@@ -276,6 +281,7 @@ pub fn emit_verilog_for(unit: &str, cfg: &OverlayConfig) -> Result<String, EmitE
         "core" => checked_verilog(&crate::ctrl::core::core_top(cfg))?,
         "mmio" => checked_verilog(&crate::ctrl::mmio::mmio_top(cfg))?,
         "dma" => checked_verilog(&crate::dma::dma_top(cfg))?,
+        "cnn" => checked_verilog(&crate::cnn::cnn_top(cfg))?,
         "matrix" => {
             check_lane_config(unit, cfg)?;
             crate::matrix::matrix_verilog(cfg)?

@@ -20,6 +20,8 @@
 //!   scratchpad.
 //! - [`matrix`]: the matrix unit (`matmul`): its sequencer (rust-hdl HDL), the weight feeds and the datapath
 //!   around the PE array.
+//! - [`cnn`]: the CNN unit (`conv`, `maxpool` in 16-bit fixed point): its sequencer (rust-hdl HDL) and the
+//!   datapath of fixed-point lanes (one i16 x i16 product per DSP48E2, 16 per lane and cycle).
 //! - [`vecunit`]: the vector unit (`vop rmsnorm rope argmax`, the reduction file `RED`): its sequencer
 //!   (rust-hdl HDL) and the datapath of 8 vector lanes.
 //! - [`red`]: the reduction file `RED` (64 wide accumulators, reading 0 until written in a run).
@@ -45,6 +47,7 @@ pub mod acc;
 pub mod align;
 pub mod array;
 pub mod attn;
+pub mod cnn;
 pub mod ctrl;
 pub mod dma;
 pub mod dsp;

@@ -3,8 +3,8 @@
 //! (`attn`, `kvappend`, the KV history buffer, and `route` on its router datapath), each behind its issue
 //! queue, and the 8-bank scratchpad, on device memory (a line port and a weight port). It runs programs of control, scalar, DMA,
 //! `matmul`, vector and attention instructions, and `RED` (`red::RedFile`) between the matrix unit's fused
-//! reduction and the vector unit. `conv` and `maxpool` (the CNN path) are not built: such an instruction is
-//! never accepted (the run stalls until the watchdog ends it).
+//! reduction and the vector unit; and the CNN unit (`conv`, `maxpool`), issued on the matrix unit's port and
+//! run alone.
 //!
 //! The units exchange data through the scratchpad and device memory, so the core issues to one of them only
 //! while the others are idle with empty queues (instructions for the same unit queue up behind each other):
@@ -31,6 +31,7 @@ use crate::matrix::Matrix;
 use crate::spm::ScratchpadInstance;
 use crate::red::RedFile;
 use crate::attn::AttentionUnit;
+use crate::cnn::Cnn;
 use crate::vecunit::VectorUnit;
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
@@ -83,6 +84,21 @@ pub struct Top<const WB: usize> {
     red: RedFile,
     att_q: IssueQueue,
     att: AttentionUnit,
+    /// The CNN unit (`conv`, `maxpool`), issued on the matrix unit's port (the contract's unit) and
+    /// queued apart.
+    cnn_q: IssueQueue,
+    cnn: Cnn,
+    cnn_side_idle: Signal<Local, Bit>,
+    cnn_turn: Signal<Local, Bit>,
+    /// The instruction on the matrix unit's issue port is a `conv` or `maxpool`.
+    cnn_op: Signal<Local, Bit>,
+    /// The DMA, matrix, vector and attention sides are idle.
+    four_idle: Signal<Local, Bit>,
+    op_conv: Constant<Bits<8>>,
+    op_maxpool: Constant<Bits<8>>,
+    conv_h: Constant<Bits<16>>,
+    /// The seven conv CSRs (`conv_h` .. `conv_pad`) of the issued instruction.
+    conv_csrs: Signal<Local, Bits<224>>,
     /// The scratchpad (8 banks of words behind a line port, as deep as the config's).
     spm: ScratchpadInstance,
     dma_turn: Signal<Local, Bit>,
@@ -150,6 +166,16 @@ impl<const WB: usize> Top<WB> {
             red: Default::default(),
             att_q: Default::default(),
             att: AttentionUnit::new(config),
+            cnn_q: Default::default(),
+            cnn: Cnn::new(config, crate::cnn::dp::dp_verilog(config)),
+            cnn_side_idle: Default::default(),
+            cnn_turn: Default::default(),
+            cnn_op: Default::default(),
+            four_idle: Default::default(),
+            op_conv: crate::ctrl::constant(u64::from(crate::ctrl::decode::opcode("conv"))),
+            op_maxpool: crate::ctrl::constant(u64::from(crate::ctrl::decode::opcode("maxpool"))),
+            conv_h: crate::ctrl::constant(u64::from(opu_hw::isa::Csr::ConvH as u8) * 32),
+            conv_csrs: Default::default(),
             spm,
             dma_turn: Default::default(),
             line_req: Default::default(),
@@ -190,6 +216,9 @@ impl<const WB: usize> Logic for Top<WB> {
         self.att_q.clock.next = self.clock.val();
         self.att.clock.next = self.clock.val();
         self.att.reset.next = self.reset.val();
+        self.cnn_q.clock.next = self.clock.val();
+        self.cnn.clock.next = self.clock.val();
+        self.cnn.reset.next = self.reset.val();
         self.red.clock.next = self.clock.val();
         self.red.clear.next = self.mmio.start.val() & !self.core.busy.val();
         self.mmio.reset.next = self.reset.val();
@@ -218,9 +247,9 @@ impl<const WB: usize> Logic for Top<WB> {
         self.mmio.err_info.next = self.core.err_info.val();
         self.mmio.cycles.next = self.core.cycles.val();
         self.mmio.instret.next = self.core.instret.val();
-        self.mmio.bytes_read.next = self.dma.bytes_read.val() + self.mat.bytes_read.val() + self.att.bytes_read.val();
+        self.mmio.bytes_read.next = self.dma.bytes_read.val() + self.mat.bytes_read.val() + self.att.bytes_read.val() + self.cnn.bytes_read.val();
         self.mmio.bytes_written.next = self.dma.bytes_written.val() + self.att.bytes_written.val();
-        self.mmio.macs.next = self.mat.macs.val() + self.att.macs.val();
+        self.mmio.macs.next = self.mat.macs.val() + self.att.macs.val() + self.cnn.macs.val();
         self.mmio.stall_cycles.next = 0.into();
         self.mmio.skipped_blocks.next = self.att.skipped.val();
         self.mmio.kv_history_hits.next = self.att.hits.val();
@@ -235,13 +264,17 @@ impl<const WB: usize> Logic for Top<WB> {
         self.mat_side_idle.next = self.mat_q.empty.val() & self.mat.idle.val();
         self.vec_side_idle.next = self.vec_q.empty.val() & self.vec.idle.val();
         self.att_side_idle.next = self.att_q.empty.val() & self.att.idle.val();
+        self.cnn_side_idle.next = self.cnn_q.empty.val() & self.cnn.idle.val();
+        self.four_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val();
+        self.cnn_op.next = (self.core.iss_word.val().get_bits::<8>(0) == self.op_conv.val())
+            | (self.core.iss_word.val().get_bits::<8>(0) == self.op_maxpool.val());
         // busy cycles per unit (ExecUnit order): an instruction running or queued
         // (the inversion on the whole vector: Verilog widens a 1-bit operand before `~`)
         self.mmio.unit_busy.next = !(bit_cast::<4, 1>(self.dma_side_idle.val().into())
-            | (bit_cast::<4, 1>(self.mat_side_idle.val().into()) << 1)
+            | (bit_cast::<4, 1>((self.mat_side_idle.val() & self.cnn_side_idle.val()).into()) << 1)
             | (bit_cast::<4, 1>(self.vec_side_idle.val().into()) << 2)
             | (bit_cast::<4, 1>(self.att_side_idle.val().into()) << 3));
-        self.other_trap.next = self.dma.trap_valid.val() | self.vec.trap_valid.val() | self.att.trap_valid.val();
+        self.other_trap.next = self.dma.trap_valid.val() | self.vec.trap_valid.val() | self.att.trap_valid.val() | self.cnn.trap_valid.val();
         self.any_trap.next = self.other_trap.val() | self.mat.trap_valid.val();
         // A `matmul` is issued early, while the vector or the attention unit still works through the
         // instructions before it: its loader streams its first groups meanwhile, and its compute waits for
@@ -249,25 +282,46 @@ impl<const WB: usize> Logic for Top<WB> {
         // while a `kvappend` is queued or runs (a device-memory write that the weights might overlap).
         self.early_ok.next = self.dma_side_idle.val() & (self.kv_queued.q.val() == 0) & !self.att.kv_writing.val();
         // (not in the cycle another unit's trap flushes the matrix unit: that unit is idle then)
-        self.mat_go.next = self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.other_trap.val();
+        self.mat_go.next = self.dma_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & self.cnn_side_idle.val() & !self.other_trap.val();
         self.mat.go.next = self.mat_go.val();
-        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
+        self.dma_q.push.next = self.core.iss_valid.val().get_bit(0) & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & self.cnn_side_idle.val() & !self.any_trap.val();
         self.dma_q.push_word.next = self.core.iss_word.val();
         self.dma_q.push_pc.next = self.core.iss_pc.val();
         self.dma_q.push_reg.next = self.core.iss_reg.val();
         self.dma_q.push_aux.next = 0.into();
-        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & self.early_ok.val() & !self.any_trap.val();
+        self.mat_q.push.next = self.core.iss_valid.val().get_bit(1) & !self.cnn_op.val() & self.early_ok.val() & !self.any_trap.val();
         self.mat_q.push_word.next = self.core.iss_word.val();
         self.mat_q.push_pc.next = self.core.iss_pc.val();
         self.mat_q.push_reg.next = self.core.iss_reg.val();
         self.mat_q.push_aux.next = 0.into();
-        self.vec_q.push.next = self.core.iss_valid.val().get_bit(2) & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val();
+        self.vec_q.push.next = self.core.iss_valid.val().get_bit(2) & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & self.cnn_side_idle.val() & !self.any_trap.val();
         self.vec_q.push_word.next = self.core.iss_word.val();
         self.vec_q.push_pc.next = self.core.iss_pc.val();
         self.vec_q.push_reg.next = self.core.iss_reg.val();
         // the vector unit reads the `vscale` CSR (the core's snapshot at issue)
         self.vec_q.push_aux.next = bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.vscale.val().index()));
-        self.att_q.push.next = self.core.iss_valid.val().get_bit(3) & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val();
+        self.att_q.push.next = self.core.iss_valid.val().get_bit(3) & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.cnn_side_idle.val() & !self.any_trap.val();
+        // `conv` and `maxpool` come on the matrix unit's port; they run alone, with their shape CSRs (the
+        // core's snapshot at issue): each CSR's low 16 bits and whether it is 2^16 or more
+        self.cnn_q.push.next = self.core.iss_valid.val().get_bit(1) & self.cnn_op.val() & self.four_idle.val() & !self.any_trap.val();
+        self.cnn_q.push_word.next = self.core.iss_word.val();
+        self.cnn_q.push_pc.next = self.core.iss_pc.val();
+        self.cnn_q.push_reg.next = self.core.iss_reg.val();
+        self.conv_csrs.next = self.core.iss_csr.val().get_bits::<224>(self.conv_h.val().index());
+        self.cnn_q.push_aux.next = bit_cast::<AUX_BITS, 16>(self.conv_csrs.val().get_bits::<16>(0))
+            | (bit_cast::<AUX_BITS, 1>((self.conv_csrs.val().get_bits::<16>(16) != 0).into()) << 16)
+            | (bit_cast::<AUX_BITS, 16>(self.conv_csrs.val().get_bits::<16>(32)) << 17)
+            | (bit_cast::<AUX_BITS, 1>((self.conv_csrs.val().get_bits::<16>(48) != 0).into()) << 33)
+            | (bit_cast::<AUX_BITS, 16>(self.conv_csrs.val().get_bits::<16>(64)) << 34)
+            | (bit_cast::<AUX_BITS, 1>((self.conv_csrs.val().get_bits::<16>(80) != 0).into()) << 50)
+            | (bit_cast::<AUX_BITS, 16>(self.conv_csrs.val().get_bits::<16>(96)) << 51)
+            | (bit_cast::<AUX_BITS, 1>((self.conv_csrs.val().get_bits::<16>(112) != 0).into()) << 67)
+            | (bit_cast::<AUX_BITS, 16>(self.conv_csrs.val().get_bits::<16>(128)) << 68)
+            | (bit_cast::<AUX_BITS, 1>((self.conv_csrs.val().get_bits::<16>(144) != 0).into()) << 84)
+            | (bit_cast::<AUX_BITS, 16>(self.conv_csrs.val().get_bits::<16>(160)) << 85)
+            | (bit_cast::<AUX_BITS, 1>((self.conv_csrs.val().get_bits::<16>(176) != 0).into()) << 101)
+            | (bit_cast::<AUX_BITS, 16>(self.conv_csrs.val().get_bits::<16>(192)) << 102)
+            | (bit_cast::<AUX_BITS, 1>((self.conv_csrs.val().get_bits::<16>(208) != 0).into()) << 118);
         self.att_q.push_word.next = self.core.iss_word.val();
         self.att_q.push_pc.next = self.core.iss_pc.val();
         self.att_q.push_reg.next = self.core.iss_reg.val();
@@ -276,10 +330,11 @@ impl<const WB: usize> Logic for Top<WB> {
         self.att_q.push_aux.next = bit_cast::<AUX_BITS, 128>(self.core.iss_csr.val().get_bits::<128>(0))
             | (bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.kv_index.val().index())) << 128)
             | (bit_cast::<AUX_BITS, 32>(self.core.iss_csr.val().get_bits::<32>(self.attn_heads.val().index())) << 160);
-        self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into())
-            | (bit_cast::<4, 1>((self.mat_q.push_ready.val() & self.early_ok.val() & !self.any_trap.val()).into()) << 1)
-            | (bit_cast::<4, 1>((self.vec_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & !self.any_trap.val()).into()) << 2)
-            | (bit_cast::<4, 1>((self.att_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & !self.any_trap.val()).into()) << 3);
+        self.core.iss_ready.next = bit_cast::<4, 1>((self.dma_q.push_ready.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val() & self.cnn_side_idle.val() & !self.any_trap.val()).into())
+            | (bit_cast::<4, 1>(((self.mat_q.push_ready.val() & !self.cnn_op.val() & self.early_ok.val() & !self.any_trap.val())
+                | (self.cnn_q.push_ready.val() & self.cnn_op.val() & self.four_idle.val() & !self.any_trap.val())).into()) << 1)
+            | (bit_cast::<4, 1>((self.vec_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.att_side_idle.val() & self.cnn_side_idle.val() & !self.any_trap.val()).into()) << 2)
+            | (bit_cast::<4, 1>((self.att_q.push_ready.val() & self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.cnn_side_idle.val() & !self.any_trap.val()).into()) << 3);
         // a unit takes the head when idle; after its trap the queued instructions are dropped
         self.dma.iss_valid.next = self.dma_q.pop_valid.val() & !self.dma.trap_valid.val();
         self.dma.iss_word.next = self.dma_q.pop_word.val();
@@ -305,6 +360,13 @@ impl<const WB: usize> Logic for Top<WB> {
         self.att.iss_aux.next = self.att_q.pop_aux.val();
         self.att_q.pop.next = self.att.iss_ready.val() & self.att_q.pop_valid.val() & !self.att.trap_valid.val();
         self.att_q.flush.next = self.core.flush.val() | self.att.trap_valid.val();
+        self.cnn.iss_valid.next = self.cnn_q.pop_valid.val() & !self.cnn.trap_valid.val();
+        self.cnn.iss_word.next = self.cnn_q.pop_word.val();
+        self.cnn.iss_pc.next = self.cnn_q.pop_pc.val();
+        self.cnn.iss_aux.next = self.cnn_q.pop_aux.val();
+        self.cnn_q.pop.next = self.cnn.iss_ready.val() & self.cnn_q.pop_valid.val() & !self.cnn.trap_valid.val();
+        self.cnn_q.flush.next = self.core.flush.val() | self.cnn.trap_valid.val();
+        self.cnn.flush.next = self.core.flush.val();
         // `kvappend`s in the attention unit's queue (after the queue's push, pop and flush above: read back
         // within this block, they must be assigned first)
         // (a push counts when the queue takes it: the core holds a `kvappend` on the port while the queue is full)
@@ -320,8 +382,8 @@ impl<const WB: usize> Logic for Top<WB> {
             self.kv_queued.d.next = 0.into();
         }
         self.att.flush.next = self.core.flush.val();
-        self.core.units_idle.next = self.dma_side_idle.val() & self.mat_side_idle.val() & self.vec_side_idle.val() & self.att_side_idle.val();
-        self.core.progress.next = self.dma.progress.val() | self.mat.progress.val() | self.vec.progress.val() | self.att.progress.val();
+        self.core.units_idle.next = self.four_idle.val() & self.cnn_side_idle.val();
+        self.core.progress.next = self.dma.progress.val() | self.mat.progress.val() | self.vec.progress.val() | self.att.progress.val() | self.cnn.progress.val();
         self.dma.flush.next = self.core.flush.val();
         self.mat.flush.next = self.core.flush.val() | self.other_trap.val();
         self.vec.flush.next = self.core.flush.val();
@@ -346,6 +408,11 @@ impl<const WB: usize> Logic for Top<WB> {
             self.core.utrap_pc.next = self.att.trap_pc.val();
             self.core.utrap_info.next = self.att.trap_info.val();
         }
+        if self.cnn.trap_valid.val() {
+            self.core.utrap_code.next = self.cnn.trap_code.val();
+            self.core.utrap_pc.next = self.cnn.trap_pc.val();
+            self.core.utrap_info.next = self.cnn.trap_info.val();
+        }
         self.core.rwb_valid.next = self.vec.rwb_valid.val();
         self.core.rwb_idx.next = self.vec.rwb_idx.val();
         self.core.rwb_data.next = self.vec.rwb_data.val();
@@ -353,16 +420,21 @@ impl<const WB: usize> Logic for Top<WB> {
         self.core.pwb_idx.next = self.att.pwb_idx.val();
         self.core.pwb_data.next = self.att.pwb_data.val();
 
-        // ---- line port: the DMA unit, then the attention unit, fetch in the cycles they leave
+        // ---- line port: the DMA unit, then the attention unit, then the CNN unit, fetch in the cycles they leave
         self.dma_turn.next = self.dma.m_req.val();
         self.att_turn.next = self.att.m_req.val() & !self.dma.m_req.val();
-        self.line_req.next = self.dma.m_req.val() | self.att.m_req.val() | self.core.f_req.val();
+        self.cnn_turn.next = self.cnn.m_req.val() & !self.dma.m_req.val() & !self.att.m_req.val();
+        self.line_req.next = self.dma.m_req.val() | self.att.m_req.val() | self.cnn.m_req.val() | self.core.f_req.val();
         self.m_req.next = self.line_req.val();
         self.m_write.next = (self.dma.m_write.val() & self.dma_turn.val()) | (self.att.m_write.val() & self.att_turn.val());
         self.m_addr.next = self.core.f_addr.val();
         self.m_wdata.next = self.dma.m_wdata.val();
         self.m_wmask.next = self.dma.m_wmask.val();
         self.m_tag.next = 0.into();
+        if self.cnn_turn.val() {
+            self.m_addr.next = self.cnn.m_addr.val();
+            self.m_tag.next = 2.into();
+        }
         if self.att_turn.val() {
             self.m_addr.next = self.att.m_addr.val();
             self.m_wdata.next = self.att.m_wdata.val();
@@ -377,7 +449,10 @@ impl<const WB: usize> Logic for Top<WB> {
         }
         self.dma.m_req_ready.next = self.m_req_ready.val();
         self.att.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val();
-        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.att_turn.val();
+        self.cnn.m_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.att_turn.val();
+        self.core.f_req_ready.next = self.m_req_ready.val() & !self.dma_turn.val() & !self.att_turn.val() & !self.cnn_turn.val();
+        self.cnn.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 2);
+        self.cnn.m_rdata.next = self.m_rdata.val();
         self.dma.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 1);
         self.att.m_resp.next = self.m_resp.val() & (self.m_resp_tag.val() == 3);
         self.att.m_rdata.next = self.m_rdata.val();
@@ -416,13 +491,20 @@ impl<const WB: usize> Logic for Top<WB> {
             self.spm.wdata.next = self.att.s_wdata.val();
             self.spm.raddr.next = self.att.s_raddr.val();
         }
-        if self.dma.idle.val() & self.mat.idle.val() & self.vec.idle.val() & self.att.idle.val() {
+        if !self.cnn.idle.val() {
+            self.spm.we.next = self.cnn.s_we.val();
+            self.spm.waddr.next = self.cnn.s_waddr.val();
+            self.spm.wdata.next = self.cnn.s_wdata.val();
+            self.spm.raddr.next = self.cnn.s_raddr.val();
+        }
+        if self.dma.idle.val() & self.mat.idle.val() & self.vec.idle.val() & self.att.idle.val() & self.cnn.idle.val() {
             self.spm.raddr.next = self.core.spm_addr.val();
         }
         self.dma.s_rdata.next = self.spm.rdata.val();
         self.mat.s_rdata.next = self.spm.rdata.val();
         self.vec.s_rdata.next = self.spm.rdata.val();
         self.att.s_rdata.next = self.spm.rdata.val();
+        self.cnn.s_rdata.next = self.spm.rdata.val();
 
         // ---- the reduction file
         self.red.raddr.next = self.vec.red_raddr.val();

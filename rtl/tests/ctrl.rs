@@ -57,3 +57,14 @@ fn attention_unit_verilog_lints_clean() {
     assert!(v.contains("module opu_attention("));
     common::lint_with(top_name("attention").unwrap(), &v, &[]);
 }
+
+#[test]
+fn cnn_unit_verilog_lints_clean_for_both_presets() {
+    for cfg in [OverlayConfig::sim(), OverlayConfig::u280()] {
+        let v = emit_verilog_for("cnn", &cfg).unwrap();
+        assert!(v.contains("module opu_cnn(") && v.contains("module opu_cnn_dp("));
+        assert_eq!(v.matches("reg [47:0] acc").count(), cfg.pe_lanes as usize, "{}", cfg.name);
+        // the sequencer reads the datapath's output mux in its own logic block (see the top's lint)
+        common::lint_with(top_name("cnn").unwrap(), &v, &["-Wno-UNOPTFLAT"]);
+    }
+}

@@ -161,6 +161,7 @@ fn operands_that_break_the_rules_are_bad_operands() {
         "route pd=p0 mark=0 pos=r0 src=0 w=0x100 cols=40", // not whole lines
         "attn group=0 kvh=0 len=r8 dst=0x1000 q=0 k=0x100 v=0x200",
         "maxpool k=0 stride=1 h=4 w=4 c=1 dst=0x1000 src=0",
+        "maxpool k=2 stride=2 h=4 w=4 c=2 dst=4 src=0", // dst overlaps src
     ];
     for case in cases {
         let mut sim = sim();
@@ -168,6 +169,38 @@ fn operands_that_break_the_rules_are_bad_operands() {
         expect_trap(&mut sim, res, ErrorCode::BadOperand, 1, 0);
         assert_eq!(sim.stats().instret, 1, "{case}");
     }
+}
+
+/// The `conv` rules of docs/isa.md: sizes below 2^16, a kernel that fits a lane's buffer, the destination
+/// apart from the source.
+#[test]
+fn conv_operands_that_break_the_rules_are_bad_operands() {
+    // (h, w, cin, cout, k, stride, pad, dst)
+    let cases = [
+        (1 << 16, 4, 2, 2, 3, 1, 0, 0x1000),
+        (4, 4, 2, 2, 3, 1, 1 << 16, 0x1000),
+        (4, 4, 2, 1 << 16, 3, 1, 0, 0x1000),
+        // 4,081 products per output: 8,162 bytes of kernel, over the `sim` preset's 8,160
+        (1, 1, 4081, 2, 1, 1, 0, 0x4000),
+        (4, 4, 2, 2, 3, 1, 0, 4),
+    ];
+    assert_eq!(opu_hw::OverlayConfig::sim().max_conv_kernel_bytes(), 8160);
+    for (h, w, cin, cout, k, stride, pad, dst) in cases {
+        let mut sim = sim();
+        let text = format!(
+            "seti rd=r1 imm={h}\ncsrw csr=conv_h rs=r1 imm=0\ncsrw csr=conv_w rs=r0 imm={w}\ncsrw csr=conv_cin rs=r0 imm={cin}\n\
+             csrw csr=conv_cout rs=r0 imm={cout}\ncsrw csr=conv_k rs=r0 imm={k}\ncsrw csr=conv_stride rs=r0 imm={stride}\n\
+             csrw csr=conv_pad rs=r0 imm={pad}\nconv relu=0 shift=8 dst={dst} src=0 w=0x100\nend"
+        );
+        let res = run(&mut sim, &text, &[]);
+        expect_trap(&mut sim, res, ErrorCode::BadOperand, 8, 0);
+    }
+    // the largest kernel that fits runs
+    let mut sim = sim();
+    let text = "csrw csr=conv_h rs=r0 imm=1\ncsrw csr=conv_w rs=r0 imm=1\ncsrw csr=conv_cin rs=r0 imm=4080\n\
+                csrw csr=conv_cout rs=r0 imm=1\ncsrw csr=conv_k rs=r0 imm=1\ncsrw csr=conv_stride rs=r0 imm=1\n\
+                csrw csr=conv_pad rs=r0 imm=0\nconv relu=0 shift=8 dst=0x4000 src=0 w=0x100\nend";
+    run(&mut sim, text, &[]).unwrap();
 }
 
 #[test]

@@ -10,6 +10,10 @@
 /// Largest number of products summed into one output (kernel x kernel x input channels).
 pub const MAX_PRODUCTS: usize = 1 << 16;
 
+/// Every `conv` shape CSR (`conv_h conv_w conv_cin conv_cout conv_k conv_stride conv_pad`) is below this:
+/// a larger value traps `BAD_OPERAND` (the CNN datapath's shape registers are 16 bits).
+pub const CONV_DIM_LIMIT: u32 = 1 << 16;
+
 /// `round_half_up(acc / 2^shift)` saturated to `i16`, then ReLU (max with 0) if `relu`.
 #[inline]
 pub fn requantize(acc: i64, shift: u32, relu: bool) -> i16 {

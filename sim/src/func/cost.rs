@@ -41,9 +41,6 @@ use opu_hw::numerics::WeightFormat;
 use opu_hw::weight_layout::WeightLayout;
 use opu_hw::OverlayConfig;
 
-/// 16 x 16-bit products a PE lane takes per cycle in fixed-point mode (`conv`): one per DSP48E2, 16 DSP48E2.
-const FIXED_PRODUCTS_PER_LANE: u64 = 16;
-
 /// The work one instruction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Work {
@@ -67,6 +64,25 @@ pub(crate) struct Work {
     pub indexed_present: u64,
     pub presence_lines: u64,
     pub index_lines: u64,
+    /// `conv`, `maxpool`: what the CNN unit's schedule depends on.
+    pub cnn: Option<CnnRun>,
+}
+
+/// A `conv` or `maxpool` as the CNN unit runs it (docs/rtl.md, "The CNN unit"): the shape (a `maxpool` has
+/// `cin = cout = c` and no padding) and the scratchpad words of the source and the destination, whose
+/// alignment decides the reads per row and the writes per chunk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CnnRun {
+    pub maxpool: bool,
+    pub h: u64,
+    pub w: u64,
+    pub cin: u64,
+    pub cout: u64,
+    pub k: u64,
+    pub stride: u64,
+    pub pad: u64,
+    pub src: u64,
+    pub dst: u64,
 }
 
 /// RTL constants (cycles), fitted as the module comment says.
@@ -105,6 +121,17 @@ mod rtl {
     /// With `red`, the last chunk's way after its write: the sum of squares' four stages and the
     /// read-modify-write of `RED`.
     pub const MATMUL_RED_DRAIN: u64 = 5;
+    /// The CNN unit: the cycles from the issue to its shape checks' multiplications (the core's issue, the
+    /// queue, the unit taking it, two rule cycles and the 18 of the dividers), and after them the spans'
+    /// cycle; its last cycle.
+    pub const CNN_CHECKS: u64 = 24;
+    pub const CNN_FIN: u64 = 1;
+    /// A group's kernel load: from its first request to the unit's next state, besides a cycle per line
+    /// and the memory latency.
+    pub const CNN_LOAD: u64 = 0;
+    /// From a position's last step to its outputs' capture in the datapath's hold bank (`DP_LATENCY`),
+    /// seen by the writer a cycle later.
+    pub const CNN_CAPTURE: u64 = 7;
     /// The vector unit: checks, the lanes' depth and the store.
     pub const VECTOR_BASE: u64 = 201;
     /// `rmsnorm`: the inverse root of a row (its `rms_inv` through a lane) before the row streams.
@@ -228,15 +255,8 @@ impl CostModel {
             Instr::Route { cols, .. } => (ROUTE_BASE + u64::from(cols) / 4, 0),
             Instr::Load { .. } | Instr::Load2d { .. } => (w.mem_rows_read * lat + w.mem_lines_read + LOAD_EXTRA, 0),
             Instr::Store { .. } | Instr::Store2d { .. } => (w.mem_lines_written + STORE_EXTRA, 0),
-            // `conv` and `maxpool` are not built in the RTL: the roofline of the PE array in fixed-point mode and
-            // of the memory. A DSP48E2 (27 x 18) takes one 16 x 16 product, so a lane's 16 DSP48E2 take 16 a
-            // cycle (as for W8; W4's packing puts two in one DSP, which 16-bit weights do not allow).
-            Instr::Conv { .. } | Instr::Maxpool { .. } => {
-                let compute = w.pe_products.div_ceil(self.pe_lanes * FIXED_PRODUCTS_PER_LANE) + w.vector_elems.div_ceil(8);
-                let memory = (w.bytes_read + w.bytes_written).div_ceil(self.beat_bytes);
-                let cycles = compute.max(lat + memory);
-                (cycles, cycles - compute.min(cycles))
-            }
+            // the CNN unit, as the RTL runs it
+            Instr::Conv { .. } | Instr::Maxpool { .. } => (w.cnn.map_or(SCALAR, |r| self.cnn(&r)), 0),
             Instr::End {} => (0, 0),
             Instr::Ldr { .. } => (LDR, 0),
             _ => (SCALAR, 0),
@@ -422,3 +442,171 @@ mod tests {
         assert_eq!(c8 - c4, 4 * 241);
     }
 }
+
+/// The CNN unit's writer (rtl/src/cnn/mod.rs, `WriterState`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    Idle,
+    Wr,
+    RmwB,
+    RmwC,
+    RmwW1,
+    RmwW2,
+}
+
+impl CostModel {
+    /// Cycles of a `conv` or `maxpool` on the CNN unit: its checks (the shift-add multiplier takes a cycle
+    /// per bit of `out_w`, `cout` and the weights' count, and one more each), then per group of output
+    /// channels (`pe_lanes` for `conv`, 16 for `maxpool`) the kernels' lines and the positions, which
+    /// [`CostModel::cnn_positions`] steps through cycle by cycle as the RTL schedules them.
+    pub(crate) fn cnn(&self, r: &CnnRun) -> u64 {
+        use rtl::*;
+        let (oh, ow) = ((r.h + 2 * r.pad - r.k) / r.stride + 1, (r.w + 2 * r.pad - r.k) / r.stride + 1);
+        let kkc = r.k * r.k * r.cin;
+        // (the RTL forms the weights' count from the low 16 bits of `k k cin`: the kernel rule keeps a
+        // `conv`'s below 2^16; a `maxpool` uses the count for nothing but these cycles)
+        let weights = (kkc & 0xFFFF) * r.cout;
+        let bits = |x: u64| u64::from(64 - x.leading_zeros());
+        let mut t = CNN_CHECKS + (bits(ow) + 1) + (bits(r.cout) + 1) + (bits(weights) + 1) + 1;
+        let group = if r.maxpool { 16 } else { self.pe_lanes };
+        for c0 in (0..r.cout).step_by(group as usize) {
+            let nl = group.min(r.cout - c0);
+            t += 1;
+            if !r.maxpool {
+                // the biases' lines, then each lane's kernel lines, back to back
+                let bias_word = (2 * weights).div_ceil(4) + c0;
+                let lines = ((bias_word & 7) + nl).div_ceil(8)
+                    + (c0..c0 + nl).map(|co| ((co * kkc) % 16 + kkc).div_ceil(16)).sum::<u64>();
+                t += lines + self.mem_latency + CNN_LOAD;
+            }
+            t += self.cnn_positions(r, c0, nl, oh, ow);
+        }
+        t + CNN_FIN
+    }
+
+    /// The cycles of a group's positions, from the first position's start to the last one's outputs
+    /// written: a position's scratchpad reads (a line per cycle; a row of `conv` takes `ceil(k cin / 16)`
+    /// lines and one more at an odd i16, a window column of `maxpool` one and one more at an odd i16) after
+    /// a cycle of its own, at most two positions owed to the writer, and the writer's chunks (a write, or a
+    /// read-modify-write of five cycles whose two reads hold the position's reads back).
+    fn cnn_positions(&self, r: &CnnRun, c0: u64, nl: u64, oh: u64, ow: u64) -> u64 {
+        use rtl::*;
+        let (src, dst) = (2 * r.src as i64, 2 * r.dst as i64);
+        let (k, cin, w, h, stride, pad) = (r.k as i64, r.cin as i64, r.w as i64, r.h as i64, r.stride as i64, r.pad as i64);
+        let steps = if r.maxpool { 1 } else { (k * cin + 15) / 16 };
+        let reads = |p: u64| -> u64 {
+            let (y0, x0) = ((p / ow) as i64 * stride - pad, (p % ow) as i64 * stride - pad);
+            let mut n = 0;
+            for ky in 0..k {
+                let y = y0 + ky;
+                if y < 0 || y >= h {
+                    continue;
+                }
+                if r.maxpool {
+                    for kx in 0..k {
+                        let e = src + (y * w + x0 + kx) * cin + c0 as i64;
+                        n += 1 + (e & 1) as u64;
+                    }
+                } else {
+                    n += (steps + ((src + (y * w + x0) * cin) & 1)) as u64;
+                }
+            }
+            n
+        };
+        // a position's chunks: whether each is a direct write (whole words)
+        let chunks = nl.div_ceil(16);
+        let direct = |p: u64, q: u64| {
+            let o = dst + (p * r.cout + c0 + 16 * q) as i64;
+            o & 1 == 0 && (16.min(nl - 16 * q)) % 2 == 0
+        };
+        let positions = oh * ow;
+        let (mut cyc, mut p, mut left) = (0u64, 0u64, 0u64);
+        let (mut streaming, mut ended) = (false, false);
+        let (mut d_v, mut d_last) = (false, false);
+        let (mut owed, mut cap_n) = (0u64, 0u64);
+        let mut captures = std::collections::VecDeque::new();
+        let (mut ws, mut wq, mut wpos) = (Writer::Idle, 0u64, 0u64);
+        loop {
+            // the data side presents the step of the line read last cycle
+            let mut owed_inc = d_v && d_last;
+            if owed_inc {
+                captures.push_back(cyc + CNN_CAPTURE);
+            }
+            // the writer
+            let (mut w_reads, mut w_fin, mut next_ws) = (false, false, ws);
+            match ws {
+                Writer::Idle => {
+                    wq = 0;
+                    if cap_n > 0 {
+                        next_ws = Writer::Wr;
+                    }
+                }
+                Writer::Wr => {
+                    if direct(wpos, wq) {
+                        wq += 1;
+                        w_fin = wq == chunks;
+                    } else {
+                        w_reads = true;
+                        next_ws = Writer::RmwB;
+                    }
+                }
+                Writer::RmwB => {
+                    w_reads = true;
+                    next_ws = Writer::RmwC;
+                }
+                Writer::RmwC => next_ws = Writer::RmwW1,
+                Writer::RmwW1 => next_ws = Writer::RmwW2,
+                Writer::RmwW2 => {
+                    wq += 1;
+                    next_ws = Writer::Wr;
+                    w_fin = wq == chunks;
+                }
+            }
+            if w_fin {
+                next_ws = Writer::Idle;
+                wpos += 1;
+            }
+            // the sequencer
+            let (mut next_dv, mut next_dlast, mut pos_done) = (false, false, false);
+            if ended {
+                if owed == 0 && !d_v {
+                    return cyc + 1;
+                }
+            } else if streaming {
+                if !w_reads {
+                    next_dv = true;
+                    left -= 1;
+                    if left == 0 {
+                        next_dlast = true;
+                        pos_done = true;
+                    }
+                }
+            } else if owed == 0 || (owed == 1 && !owed_inc) {
+                left = reads(p);
+                if left > 0 {
+                    streaming = true;
+                } else if !d_v {
+                    // no row inside the image: one empty step
+                    owed_inc = true;
+                    captures.push_back(cyc + CNN_CAPTURE);
+                    pos_done = true;
+                }
+            }
+            if pos_done {
+                streaming = false;
+                p += 1;
+                ended = p == positions;
+            }
+            // the end of the cycle
+            let captured = captures.front() == Some(&cyc);
+            if captured {
+                captures.pop_front();
+            }
+            cap_n = cap_n + u64::from(captured) - u64::from(w_fin);
+            owed = owed + u64::from(owed_inc) - u64::from(w_fin);
+            (d_v, d_last, ws) = (next_dv, next_dlast, next_ws);
+            cyc += 1;
+        }
+    }
+}
+

@@ -117,6 +117,8 @@ pub(crate) struct Machine {
     pub max_batch: u32,
     /// `OverlayConfig::max_matmul_row_bytes`.
     pub max_row_bytes: u32,
+    /// `OverlayConfig::max_conv_kernel_bytes`.
+    pub max_conv_kernel_bytes: u32,
     /// PE lanes: the `matmul` weights' layout (`opu_hw::weight_layout`).
     pub pe_lanes: u32,
     pub hist_slots: u32,
@@ -156,6 +158,7 @@ impl Machine {
             act_bits: config.act_mantissa_bits,
             max_batch: config.max_batch,
             max_row_bytes: config.max_matmul_row_bytes(),
+            max_conv_kernel_bytes: config.max_conv_kernel_bytes(),
             pe_lanes: config.pe_lanes,
             hist_slots: config.kv_history_slots,
             hist_width: config.kv_history_width,
