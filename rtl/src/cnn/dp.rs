@@ -16,7 +16,7 @@
 //!   starts the accumulator at the bias, `s_last` requantizes it into the lane's hold register
 //!   ([`DP_LATENCY`] edges after the step, `o_valid`).
 //! - **maxpool** (`s_max`): the running maximum of the 16 activations (`s_first` starts it).
-//! - **Output**: a position's outputs are captured into one of two hold banks in turn (`o_valid`), so the next
+//! - **Output**: a position's outputs are captured into one of four hold banks in turn (`o_valid`), so the next
 //!   position computes while this one's are written; `o_data` is 16 of them (bank `o_bank`, chunk `o_sel`:
 //!   lanes `16 o_sel ..`, or the maxima), and `m_*`
 //!   merges a chunk at an odd i16 into two old scratchpad lines for a partial-word write.
@@ -24,6 +24,9 @@
 use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 use std::fmt::Write;
+
+/// Hold banks: positions whose outputs the datapath keeps for the writer at once.
+pub const HOLD_BANKS: usize = 4;
 
 /// Edges from a step to `o_valid` after its last: inputs and the kernel buffer's read, the weights'
 /// shift, the products, two adder stages, the accumulator, the requantization.
@@ -68,7 +71,7 @@ module opu_cnn_dp(clock, reset, ld_valid, ld_lane, ld_entry, ld_phase, ld_line, 
     input wire q_relu;
     output reg o_valid;
     input wire [7:0] o_sel;
-    input wire o_bank;
+    input wire [1:0] o_bank;
     input wire o_max;
     output wire [255:0] o_data;
     input wire [511:0] m_old;
@@ -141,26 +144,22 @@ module opu_cnn_dp(clock, reset, ld_valid, ld_lane, ld_entry, ld_phase, ld_line, 
         dm1 = DP_LATENCY - 2,
     )
     .unwrap();
-    // the hold registers: two banks, a position's outputs captured into them in turn (`cb`), so that the
-    // next position computes while the sequencer writes this one's (`o_bank`)
-    writeln!(v, "    wire [{}:0] hold_a;", 256 * chunks - 1).unwrap();
-    writeln!(v, "    wire [{}:0] hold_b;", 256 * chunks - 1).unwrap();
-    writeln!(v, "    reg [255:0] mxh_a;").unwrap();
-    writeln!(v, "    reg [255:0] mxh_b;").unwrap();
-    writeln!(v, "    reg cb;").unwrap();
+    // the hold registers: four banks, a position's outputs captured into them in turn (`cb`), so that the
+    // next positions compute while the sequencer writes this one's (`o_bank`)
+    writeln!(v, "    wire [{}:0] hold_sel;", 256 * chunks - 1).unwrap();
+    writeln!(v, "    reg [255:0] mxh [0:{}];", HOLD_BANKS - 1).unwrap();
+    writeln!(v, "    reg [1:0] cb;").unwrap();
     writeln!(v, "    wire cap = pv[{0}] & pl[{0}];", DP_LATENCY - 1).unwrap();
     writeln!(v, "    always @(posedge clock) begin").unwrap();
     writeln!(v, "        o_valid <= !reset & cap;").unwrap();
-    writeln!(v, "        if (reset) cb <= 1'b0;").unwrap();
-    writeln!(v, "        else if (cap) cb <= !cb;").unwrap();
-    writeln!(v, "        if (cap & pm[{0}] & !cb) mxh_a <= mxp6;", DP_LATENCY - 1).unwrap();
-    writeln!(v, "        if (cap & pm[{0}] & cb) mxh_b <= mxp6;", DP_LATENCY - 1).unwrap();
+    writeln!(v, "        if (reset) cb <= 2'd0;").unwrap();
+    writeln!(v, "        else if (cap) cb <= cb + 2'd1;").unwrap();
+    writeln!(v, "        if (cap & pm[{0}]) mxh[cb] <= mxp6;", DP_LATENCY - 1).unwrap();
     writeln!(v, "    end").unwrap();
     let pick = if chunks > 1 { "[256 * o_sel +: 256]" } else { "[255:0]" };
-    writeln!(v, "    assign o_data = o_max ? (o_bank ? mxh_b : mxh_a) : (o_bank ? hold_b{pick} : hold_a{pick});").unwrap();
+    writeln!(v, "    assign o_data = o_max ? mxh[o_bank] : hold_sel{pick};").unwrap();
     if 16 * chunks > l {
-        writeln!(v, "    assign hold_a[{}:{}] = 0;", 256 * chunks - 1, 16 * l).unwrap();
-        writeln!(v, "    assign hold_b[{}:{}] = 0;", 256 * chunks - 1, 16 * l).unwrap();
+        writeln!(v, "    assign hold_sel[{}:{}] = 0;", 256 * chunks - 1, 16 * l).unwrap();
     }
     for lane in 0..l {
         writeln!(
@@ -185,11 +184,9 @@ module opu_cnn_dp(clock, reset, ld_valid, ld_lane, ld_entry, ld_phase, ld_line, 
     reg [47:0] s{lane} [0:3];
     reg [47:0] t{lane};
     reg [47:0] acc{lane};
-    reg [15:0] hold_a{lane};
-    reg [15:0] hold_b{lane};
+    reg [15:0] hold{lane} [0:3];
     wire signed [17:0] bi{lane} = 18'sd{lane} - $signed({{{{2{{b_base[15]}}}}, b_base}});
-    assign hold_a[{lo} +: 16] = hold_a{lane};
-    assign hold_b[{lo} +: 16] = hold_b{lane};
+    assign hold_sel[{lo} +: 16] = hold{lane}[o_bank];
     always @(posedge clock) begin
         if (ld_valid && ld_lane == 16'd{lane}) begin
             if (ld_entry[0]) ko{lane}[ld_entry[13:1]] <= ld_line;
@@ -208,8 +205,7 @@ module opu_cnn_dp(clock, reset, ld_valid, ld_lane, ld_entry, ld_phase, ld_line, 
                 + {{{{16{{p{lane}[4*i+2][31]}}}}, p{lane}[4*i+2]}} + {{{{16{{p{lane}[4*i+3][31]}}}}, p{lane}[4*i+3]}};
         t{lane} <= s{lane}[0] + s{lane}[1] + s{lane}[2] + s{lane}[3];
         if (pv[5] & !pm[5]) acc{lane} <= (pf[5] ? {{{{16{{bias{lane}[31]}}}}, bias{lane}}} : acc{lane}) + t{lane};
-        if (cap & !pm[6] & !cb) hold_a{lane} <= requant(acc{lane}, q_shift, q_relu);
-        if (cap & !pm[6] & cb) hold_b{lane} <= requant(acc{lane}, q_shift, q_relu);
+        if (cap & !pm[6]) hold{lane}[cb] <= requant(acc{lane}, q_shift, q_relu);
     end",
             hm1 = half - 1,
             lo = 16 * lane,
@@ -246,8 +242,8 @@ pub struct CnnDatapath {
     pub q_relu: Signal<In, Bit>,
     pub o_valid: Signal<Out, Bit>,
     pub o_sel: Signal<In, Bits<8>>,
-    /// The hold bank to read: positions are captured into banks 0, 1, 0, ... from reset.
-    pub o_bank: Signal<In, Bit>,
+    /// The hold bank to read: positions are captured into banks 0, 1, 2, 3, 0, ... from reset.
+    pub o_bank: Signal<In, Bits<2>>,
     /// Read the maxima (`maxpool`) rather than the lanes' outputs.
     pub o_max: Signal<In, Bit>,
     pub o_data: Signal<Out, Bits<256>>,

@@ -1,6 +1,6 @@
 //! The CNN unit: `conv` and `maxpool` (docs/isa.md) in 16-bit fixed point, its sequencer in rust-hdl HDL
-//! over the datapath [`dp`] (PE lanes in fixed-point mode: one i16 x i16 product per DSP48E2, 16 per lane and
-//! cycle, a 48-bit accumulator, `fixed::requantize`).
+//! over the datapath [`dp`] (`pe_lanes` fixed-point lanes of its own: one i16 x i16 product per DSP48E2, 16
+//! per lane and cycle, a 48-bit accumulator, `fixed::requantize`).
 //!
 //! An instruction is checked first, in the functional simulator's order and with its codes and ERROR_INFO
 //! (`sim/src/func/exec/cnn.rs`): the shape rules, the kernel's size, the shift, the overlap of source and
@@ -16,8 +16,10 @@
 //!    of the row segment (contiguous in the HWC scratchpad) are read a line per cycle (one more line when the
 //!    segment starts at an odd i16) and go to the lanes 16 at a time, masked to zero where the segment
 //!    leaves the image (padding); every lane reads the 16 weights of the same kernel offset from its buffer.
-//!    After the last step the datapath requantizes and the outputs are written, 16 per line write (a
-//!    read-modify-write of two lines where they start at an odd i16 or end in a half word).
+//!    After the last step the datapath requantizes into one of its hold banks, and the next positions go
+//!    on while the **writer** stores these outputs, 16 per line write (a read-modify-write of two lines
+//!    where they start at an odd i16 or end in a half word). At most `dp::HOLD_BANKS` positions are owed
+//!    to the writer.
 //!
 //! `maxpool` runs in chunks of 16 channels: per output position the `k x k` window's 16-channel vectors are
 //! read (two lines when at an odd i16) into the datapath's running maximum, then written as above.
@@ -59,7 +61,7 @@ pub enum CnnState {
     Group,
     /// The group's biases and kernels through the line port.
     Load,
-    /// An output position starts (when fewer than two positions are owed to the writer).
+    /// An output position starts (when fewer than four positions are owed to the writer: the hold banks).
     Pos,
     /// Its rows: scratchpad reads; the datapath's steps follow a cycle behind.
     Stream,
@@ -197,10 +199,10 @@ pub struct Cnn {
     nyk: DFF<Bits<48>>,
     lo: DFF<Bits<48>>,
     hi: DFF<Bits<48>>,
-    /// Positions whose last step is issued and whose outputs are not written yet (at most 2: the banks).
-    owed: DFF<Bits<2>>,
+    /// Positions whose last step is issued and whose outputs are not written yet (at most 4: the banks).
+    owed: DFF<Bits<3>>,
     /// Positions captured in a hold bank and not written yet.
-    cap_n: DFF<Bits<2>>,
+    cap_n: DFF<Bits<3>>,
     owed_inc: Signal<Local, Bit>,
     /// The writer finished a position this cycle.
     w_fin: Signal<Local, Bit>,
@@ -209,7 +211,7 @@ pub struct Cnn {
     // the writer: its state, the position's first output (i16), the chunk, the bank
     wst: DFF<WriterState>,
     w_out: DFF<Bits<48>>,
-    wb: DFF<Bit>,
+    wb: DFF<Bits<2>>,
     /// The writer reads the scratchpad this cycle (the stream's read waits).
     w_reads: Signal<Local, Bit>,
     // stream, request side: rows left, the line in the row, the row's first i16, its kernel offset
@@ -724,7 +726,7 @@ impl Logic for Cnn {
         }
         if self.w_fin.val() {
             self.wst.d.next = WriterState::Idle;
-            self.wb.d.next = !self.wb.q.val();
+            self.wb.d.next = self.wb.q.val() + 1;
             self.w_out.d.next = self.w_out.q.val() + bit_cast::<48, 16>(self.cout.q.val());
         }
 
@@ -1042,7 +1044,7 @@ impl Logic for Cnn {
                     self.q_rows.d.next = self.kk.q.val();
                 }
                 // (a position whose last step goes out now counts already)
-                if (self.owed.q.val() == 0) | ((self.owed.q.val() == 1) & !self.owed_inc.val()) {
+                if (self.owed.q.val() < 3) | ((self.owed.q.val() == 3) & !self.owed_inc.val()) {
                     self.state.d.next = CnnState::Stream;
                     if !self.is_max.q.val() & (self.ky_hi.val().get_bit(47) | (self.ky_hi.val() <= self.ky_lo.val())) {
                         // no kernel row inside the image: the output is the bias alone, one empty step (in a
@@ -1161,7 +1163,7 @@ impl Logic for Cnn {
             self.wst.d.next = WriterState::Idle;
             self.owed.d.next = 0.into();
             self.cap_n.d.next = 0.into();
-            self.wb.d.next = false;
+            self.wb.d.next = 0.into();
             self.trap_r.d.next = false;
         }
         if self.reset.val() {

@@ -71,7 +71,7 @@ pub(crate) struct Work {
 /// A `conv` or `maxpool` as the CNN unit runs it (docs/rtl.md, "The CNN unit"): the shape (a `maxpool` has
 /// `cin = cout = c` and no padding) and the scratchpad words of the source and the destination, whose
 /// alignment decides the reads per row and the writes per chunk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct CnnRun {
     pub maxpool: bool,
     pub h: u64,
@@ -126,12 +126,11 @@ mod rtl {
     /// cycle; its last cycle.
     pub const CNN_CHECKS: u64 = 24;
     pub const CNN_FIN: u64 = 1;
-    /// A group's kernel load: from its first request to the unit's next state, besides a cycle per line
-    /// and the memory latency.
-    pub const CNN_LOAD: u64 = 0;
     /// From a position's last step to its outputs' capture in the datapath's hold bank (`DP_LATENCY`),
     /// seen by the writer a cycle later.
     pub const CNN_CAPTURE: u64 = 7;
+    /// Positions the datapath holds for the writer (`dp::HOLD_BANKS`): at most this many are owed to it.
+    pub const CNN_HOLD_BANKS: u64 = 4;
     /// The vector unit: checks, the lanes' depth and the store.
     pub const VECTOR_BASE: u64 = 201;
     /// `rmsnorm`: the inverse root of a row (its `rms_inv` through a lane) before the row streams.
@@ -477,7 +476,8 @@ impl CostModel {
                 let bias_word = (2 * weights).div_ceil(4) + c0;
                 let lines = ((bias_word & 7) + nl).div_ceil(8)
                     + (c0..c0 + nl).map(|co| ((co * kkc) % 16 + kkc).div_ceil(16)).sum::<u64>();
-                t += lines + self.mem_latency + CNN_LOAD;
+                // (a cycle per line, the last one's memory latency)
+                t += lines + self.mem_latency;
             }
             t += self.cnn_positions(r, c0, nl, oh, ow);
         }
@@ -487,7 +487,7 @@ impl CostModel {
     /// The cycles of a group's positions, from the first position's start to the last one's outputs
     /// written: a position's scratchpad reads (a line per cycle; a row of `conv` takes `ceil(k cin / 16)`
     /// lines and one more at an odd i16, a window column of `maxpool` one and one more at an odd i16) after
-    /// a cycle of its own, at most two positions owed to the writer, and the writer's chunks (a write, or a
+    /// a cycle of its own, at most four positions owed to the writer, and the writer's chunks (a write, or a
     /// read-modify-write of five cycles whose two reads hold the position's reads back).
     fn cnn_positions(&self, r: &CnnRun, c0: u64, nl: u64, oh: u64, ow: u64) -> u64 {
         use rtl::*;
@@ -581,7 +581,7 @@ impl CostModel {
                         pos_done = true;
                     }
                 }
-            } else if owed == 0 || (owed == 1 && !owed_inc) {
+            } else if owed < CNN_HOLD_BANKS - 1 || (owed == CNN_HOLD_BANKS - 1 && !owed_inc) {
                 left = reads(p);
                 if left > 0 {
                     streaming = true;

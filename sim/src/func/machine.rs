@@ -124,6 +124,8 @@ pub(crate) struct Machine {
     pub hist_slots: u32,
     pub hist_width: u32,
     pub cost_model: CostModel,
+    /// `conv` and `maxpool` cycles by shape and placement (`CostModel::cnn` steps through the schedule).
+    pub cnn_cycles: std::collections::HashMap<super::cost::CnnRun, u64>,
     /// What the next `matmul`'s loader overlaps (the cycle model's early issue).
     pub loader_lead: LoaderLead,
 
@@ -163,6 +165,7 @@ impl Machine {
             hist_slots: config.kv_history_slots,
             hist_width: config.kv_history_width,
             cost_model: CostModel::new(config),
+            cnn_cycles: std::collections::HashMap::new(),
             loader_lead: LoaderLead::default(),
             // vec![0; n] is calloc: the pages of a 1 GiB memory are zeroed lazily by the OS.
             mem: vec![0u8; mem_bytes],

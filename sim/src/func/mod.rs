@@ -242,7 +242,14 @@ impl Machine {
         c.bytes_written += w.bytes_written;
         let lead = if matches!(instr, Instr::Matmul { .. }) { self.loader_lead.take() } else { 0 };
         let attn_csrs = (self.csr[Csr::HeadDim as usize], self.csr[Csr::AttnHeads as usize]);
-        let (cycles, stall) = self.cost_model.estimate(instr, &w, attn_csrs, lead);
+        // (a CNN layer's cycles depend only on its shape and placement: stepped through once per program)
+        let (cycles, stall) = match w.cnn {
+            Some(run) => {
+                let model = self.cost_model;
+                (*self.cnn_cycles.entry(run).or_insert_with(|| model.cnn(&run)), 0)
+            }
+            None => self.cost_model.estimate(instr, &w, attn_csrs, lead),
+        };
         c.cycles += cycles;
         c.cycles_by_opcode[usize::from(instr.opcode())] += cycles;
         if let Some(u) = instr.spec().unit() {
