@@ -39,7 +39,9 @@ use opu_hw::OverlayConfig;
 use rust_hdl::prelude::*;
 
 /// Bits per conv CSR in the auxiliary operand: the low 16 bits and a flag for a value of 2^16 or
-/// more (`fixed::CONV_DIM_LIMIT`), CSR `conv_h + i` at `AUX_CSR_BITS x i`.
+/// more (`fixed::CONV_DIM_LIMIT`), CSR `conv_h + i` at `AUX_CSR_BITS x i`. (rust-hdl's HDL takes literal bit
+/// offsets: the top's packing and [`Cnn`]'s unpacking write them out, 0, 17, .. 102 and the flags 16, 33,
+/// .. 118; rtlsim/tests/rtl_cnn.rs sets every CSR and the flags of two.)
 pub const AUX_CSR_BITS: usize = 17;
 
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
