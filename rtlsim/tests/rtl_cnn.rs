@@ -83,16 +83,25 @@ fn data(rng: &mut Rng, acts: &[u8], weights: &[u8]) -> Vec<u8> {
     d
 }
 
-/// The RTL's cycles and the functional simulator's cycle model's for the program `text`: the model follows
-/// the CNN unit's schedule (`CostModel::cnn`) to within the 14 cycles of the seven `csrw` before a `conv`,
-/// which the RTL's core runs while the DMA unit still loads (the model adds every instruction's cycles).
-fn run_both(text: &str, d: &[u8]) -> (u64, u64) {
-    let (rtl, model) = compare_with_func_on(&OverlayConfig::sim(), text, d);
-    assert!(rtl.abs_diff(model) <= 14, "RTL {rtl} cycles, the model {model}\n{text}");
+/// The RTL's cycles and the functional simulator's cycle model's for the program `text` on the top of
+/// `config`: the model follows the CNN unit's schedule (`CostModel::cnn`) to within the 14 cycles of the
+/// seven `csrw` before a `conv`, which the RTL's core runs while the DMA unit still loads (the model adds
+/// every instruction's cycles).
+fn run_on(config: &OverlayConfig, text: &str, d: &[u8]) -> (u64, u64) {
+    let (rtl, model) = compare_with_func_on(config, text, d);
+    assert!(rtl.abs_diff(model) <= 14, "{}: RTL {rtl} cycles, the model {model}\n{text}", config.name);
     (rtl, model)
 }
 
+fn run_both(text: &str, d: &[u8]) -> (u64, u64) {
+    run_on(&OverlayConfig::sim(), text, d)
+}
+
 fn conv_case(c: Conv, seed: u64) -> (u64, u64) {
+    conv_case_on(&OverlayConfig::sim(), c, seed)
+}
+
+fn conv_case_on(config: &OverlayConfig, c: Conv, seed: u64) -> (u64, u64) {
     let mut rng = Rng(seed);
     let acts: Vec<i16> = (0..c.h * c.w * c.cin).map(|_| rng.i16_in(4000)).collect();
     let taps = c.k * c.k * c.cin;
@@ -122,7 +131,7 @@ fn conv_case(c: Conv, seed: u64) -> (u64, u64) {
     );
     let text = program(acts.len() * 2, c.src, c.dst, oh * ow * c.cout * 2, &body);
     let d = data(&mut rng, &i16_bytes(&acts), &wts);
-    run_both(&text, &d)
+    run_on(config, &text, &d)
 }
 
 #[test]
@@ -149,6 +158,18 @@ fn conv_equals_the_functional_simulator() {
         let (rtl, model) = conv_case(*c, 0xc0ff_ee00 + i as u64);
         eprintln!("{c:?}: {rtl} cycles, the model {model}");
     }
+}
+
+/// The other verilated top, `sim-wide` (the same overlay behind twice the memory): the CNN unit is the same,
+/// its kernels come through the same line port.
+#[test]
+fn conv_at_sim_wide_equals_the_functional_simulator() {
+    if !models_or_skip("conv_at_sim_wide_equals_the_functional_simulator") {
+        return;
+    }
+    let c = Conv { h: 7, w: 9, cin: 3, cout: 13, k: 3, stride: 2, pad: 1, shift: 10, relu: true, src: 1, dst: 0x601 };
+    let (rtl, model) = conv_case_on(&OverlayConfig::sim_wide(), c, 0x5157_0001);
+    eprintln!("sim-wide {c:?}: {rtl} cycles, the model {model}");
 }
 
 #[test]
