@@ -4,6 +4,9 @@
 //!
 //! Needs `OPU_DIGITS_KERAS` (`opu fetch digits`) and `OPU_MNIST5K` (`opu fetch mnist5k`); skips without them.
 
+mod common;
+
+use common::models_or_skip;
 use opu_compiler::cnn::from_keras;
 use opu_compiler::dataset::read_csv;
 use opu_compiler::keras;
@@ -97,16 +100,6 @@ fn a_tiny_cnn_runs_on_the_simulator_as_in_f32() {
     assert_eq!(p.images, 32);
 }
 
-/// Whether this build has the Verilator models; without them an error under `REQUIRE_VERILATOR=1` (CI), else
-/// a SKIPPED line.
-fn models_or_skip(what: &str) -> bool {
-    if opu_rtlsim::rtl::available() {
-        return true;
-    }
-    assert_ne!(std::env::var("REQUIRE_VERILATOR").as_deref(), Ok("1"), "{what}: no Verilator models and REQUIRE_VERILATOR=1");
-    eprintln!("SKIPPED {what}: opu-rtlsim was built without the Verilator models (no verilator on PATH)");
-    false
-}
 
 /// Runs each image on the RTL and on the functional simulator: the logits (the program's output bytes)
 /// equal bit for bit, and the counters; the RTL's cycles within 1% of the functional simulator's cycle

@@ -1,6 +1,9 @@
 //! The `rtl` backend: the compiled program on the RTL of the overlay under Verilator, against the functional
 //! simulator (the golden model) running the same program: bit for bit, logits and device memory.
 
+mod common;
+
+use common::models_or_skip;
 use opu_compiler::gguf::parse_bytes;
 use opu_compiler::testing::TinyLlama;
 use opu_compiler::{CompileOptions, KvLayout};
@@ -10,16 +13,6 @@ use opu_hw::isa::Instr;
 use opu_hw::numerics::WeightFormat;
 use opu_hw::OverlayConfig;
 
-/// Whether this build has the Verilator models; without them an error under `REQUIRE_VERILATOR=1` (CI), else
-/// a SKIPPED line.
-fn models_or_skip(what: &str) -> bool {
-    if opu_rtlsim::rtl::available() {
-        return true;
-    }
-    assert_ne!(std::env::var("REQUIRE_VERILATOR").as_deref(), Ok("1"), "{what}: no Verilator models and REQUIRE_VERILATOR=1");
-    eprintln!("SKIPPED {what}: opu-rtlsim was built without the Verilator models (no verilator on PATH)");
-    false
-}
 
 /// Every byte of every region of the program (weights, KV cache, activations, logits, code) on both devices.
 fn assert_memory_equal(rtl: &mut SimBackend, sim: &mut SimBackend, when: &str) {

@@ -222,7 +222,6 @@ pub struct Cnn {
     q_base: DFF<Bits<48>>,
     q_ek: DFF<Bits<48>>,
     q_rx: DFF<Bits<16>>,
-    q_done: DFF<Bit>,
     /// The row being read is the position's first inside the image.
     q_pf: DFF<Bit>,
     // stream, data side: the line read last cycle
@@ -425,7 +424,6 @@ impl Cnn {
             q_base: Default::default(),
             q_ek: Default::default(),
             q_rx: Default::default(),
-            q_done: Default::default(),
             q_pf: Default::default(),
             d_v: Default::default(),
             d_r: Default::default(),
@@ -513,7 +511,7 @@ impl Logic for Cnn {
             wc, sc, pcin, hw, kkc, hwc, swc, pwc, skc, pkc, weights, lkkc, dv_i, dv_nh, dv_nw, dv_rh, dv_rw, dv_qh,
             dv_qw, oh, ow, mul_a, mul_b, mul_p, mst, ohow, dst_half, macs_n, wbytes, c0, nl, gs0, gbw, rq_ph, rq_r, rq_l,
             rq_s, rq_done, rs_ph, rs_r, rs_l, rs_s, oy, ox, y0, x0, ybwc, xc, nyk, lo, hi, owed, cap_n, wst, w_out, wb, q_rows,
-            q_r, q_base, q_ek, q_rx, q_done, q_pf, d_v, d_r, d_odd, d_ek, d_last, d_pf, prev, wq, old_lo, old_hi, rd_total,
+            q_r, q_base, q_ek, q_rx, q_pf, d_v, d_r, d_odd, d_ek, d_last, d_pf, prev, wq, old_lo, old_hi, rd_total,
             macs_total, trap_r, trap_code_r, trap_info_r
         );
         self.dp.clock.next = self.clock.val();
@@ -1016,7 +1014,6 @@ impl Logic for Cnn {
                 // the position's first row inside the image, its kernel offset, the rows, the columns
                 self.q_r.d.next = 0.into();
                 self.q_rx.d.next = 0.into();
-                self.q_done.d.next = false;
                 self.q_pf.d.next = true;
                 self.q_base.d.next = (bit_cast::<48, 20>(self.src.q.val()) << 1) + self.xc.q.val();
                 if !self.y0.q.val().get_bit(47) {

@@ -124,8 +124,9 @@ pub(crate) struct Machine {
     pub hist_slots: u32,
     pub hist_width: u32,
     pub cost_model: CostModel,
-    /// `conv` and `maxpool` cycles by shape and placement (`CostModel::cnn` steps through the schedule).
-    pub cnn_cycles: std::collections::HashMap<super::cost::CnnRun, u64>,
+    /// `conv` and `maxpool` estimates `(cycles, stall)` by shape and placement (`CostModel::cnn` steps
+    /// through the schedule).
+    pub cnn_cycles: std::collections::HashMap<super::cost::CnnRun, (u64, u64)>,
     /// What the next `matmul`'s loader overlaps (the cycle model's early issue).
     pub loader_lead: LoaderLead,
 

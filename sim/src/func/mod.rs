@@ -242,13 +242,11 @@ impl Machine {
         c.bytes_written += w.bytes_written;
         let lead = if matches!(instr, Instr::Matmul { .. }) { self.loader_lead.take() } else { 0 };
         let attn_csrs = (self.csr[Csr::HeadDim as usize], self.csr[Csr::AttnHeads as usize]);
-        // (a CNN layer's cycles depend only on its shape and placement: stepped through once per program)
+        // (a CNN layer's estimate depends only on its shape and placement, `w.cnn`: stepped through once)
+        let model = self.cost_model;
         let (cycles, stall) = match w.cnn {
-            Some(run) => {
-                let model = self.cost_model;
-                (*self.cnn_cycles.entry(run).or_insert_with(|| model.cnn(&run)), 0)
-            }
-            None => self.cost_model.estimate(instr, &w, attn_csrs, lead),
+            Some(run) => *self.cnn_cycles.entry(run).or_insert_with(|| model.estimate(instr, &w, attn_csrs, lead)),
+            None => model.estimate(instr, &w, attn_csrs, lead),
         };
         c.cycles += cycles;
         c.cycles_by_opcode[usize::from(instr.opcode())] += cycles;
