@@ -3,6 +3,38 @@
 
 use anyhow::{bail, Result};
 use opu_compiler::gguf::Gguf;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Where the `pcie` backend (and `auto`) looks for a card, and how long it waits for a run.
+#[derive(Clone, Debug)]
+pub struct PcieTarget {
+    /// The sysfs root (`--sysfs-root`, else `OPU_SYSFS_ROOT`, else `/sys/bus/pci/devices`).
+    pub sysfs_root: PathBuf,
+    /// The card's bus address (`--device`); default: the first card.
+    pub bdf: Option<String>,
+    /// Wall time a run may take before the driver gives up (`--device-timeout`).
+    pub timeout: Duration,
+}
+
+impl Default for PcieTarget {
+    fn default() -> Self {
+        PcieTarget { sysfs_root: opu_driver::sysfs::root(None), bdf: None, timeout: Duration::from_secs(600) }
+    }
+}
+
+static PCIE_TARGET: OnceLock<PcieTarget> = OnceLock::new();
+
+/// Sets where the process's `pcie` and `auto` backends look for a card (the command line's flags; once,
+/// before a backend opens).
+pub fn set_pcie_target(t: PcieTarget) {
+    let _ = PCIE_TARGET.set(t);
+}
+
+pub fn pcie_target() -> PcieTarget {
+    PCIE_TARGET.get().cloned().unwrap_or_default()
+}
 
 /// A model loaded on something that runs it.
 pub trait Backend {
@@ -57,10 +89,24 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_com
             Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), None))
         }
         "auto" => {
-            // An OPU card first (the PCIe driver arrives with its issue; none can be found yet), then the
-            // reference path on a GPU if this build has CUDA, else on the CPU.
+            // An OPU card first, compiled for the overlay it runs; else the reference path on a GPU if this
+            // build has CUDA, else on the CPU.
+            let t = pcie_target();
+            let no_card = match opu_driver::Card::open(&t.sysfs_root, t.bdf.as_deref(), None) {
+                Ok(card) => {
+                    let why = format!(
+                        "auto: OPU card {} answered (overlay `{}`, under {}); running on it",
+                        card.bdf(),
+                        card.config().name,
+                        t.sysfs_root.display()
+                    );
+                    let config = card.config().clone();
+                    return Ok((Box::new(crate::sim_backend::SimBackend::open_pcie(g, &config, opts, card, t.timeout)?), Some(why)));
+                }
+                Err(e) => e,
+            };
             let (device, dev_name) = crate::reference::default_device();
-            let why = format!("auto: no OPU card found; using the reference path on the {dev_name}");
+            let why = format!("auto: {no_card}; using the reference path on the {dev_name}");
             Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), Some(why)))
         }
         "sim" => {
@@ -72,7 +118,13 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_com
             // (`sim`, `sim-wide`), and refuses another config
             Ok((Box::new(crate::sim_backend::SimBackend::open_rtl(g, config, opts)?), None))
         }
-        "pcie" => bail!("backend `{name}` is not available in this build yet (available: sim, rtl, reference, auto)"),
+        "pcie" => {
+            // the card must run the overlay the program is compiled for (--config)
+            let t = pcie_target();
+            let card = opu_driver::Card::open(&t.sysfs_root, t.bdf.as_deref(), Some(config))
+                .map_err(|e| anyhow::anyhow!("backend `pcie`: {e}"))?;
+            Ok((Box::new(crate::sim_backend::SimBackend::open_pcie(g, config, opts, card, t.timeout)?), None))
+        }
         other => bail!("unknown backend `{other}` (expected one of: {})", BACKENDS.join(", ")),
     }
 }

@@ -106,6 +106,11 @@ impl CnnProgram {
         Self::load_on(compiled, ProgramDevice::Rtl(Box::new(rtl)))
     }
 
+    /// Loads a compiled CNN on an OPU card (or an emulated one) through the driver.
+    pub fn load_on_card(compiled: &CompiledCnn, card: opu_driver::Card) -> Result<Self> {
+        Self::load_on(compiled, ProgramDevice::Pcie(Box::new(card)))
+    }
+
     fn load_on(compiled: &CompiledCnn, mut dev: ProgramDevice) -> Result<Self> {
         loader::load(dev.device(), &compiled.container)?;
         Ok(CnnProgram { dev, meta: compiled.meta.clone(), counters: Counters::default(), last: Counters::default(), images: 0 })
@@ -135,13 +140,27 @@ pub enum Classifier {
 }
 
 impl Classifier {
-    /// Opens `net` on `backend` (`reference`, `sim`, `rtl`, or `auto`: the reference path while no card is
-    /// driven); `sim` and `rtl` calibrate on `calibration` and compile for `config`.
+    /// Opens `net` on `backend` (`reference`, `sim`, `rtl`, `pcie`, or `auto`: an OPU card where one
+    /// answers, else the reference path); the program backends compile for `config` (`auto`: the card's
+    /// overlay) with the formats calibrated on `calibration`.
     pub fn open(net: Network, backend: &str, config: &OverlayConfig, calibration: &[f32]) -> Result<(Self, String)> {
         Ok(match backend {
-            "reference" | "auto" => {
-                let note = if backend == "auto" { "auto: no OPU card is driven yet; using the reference path (the f32 interpreter)" } else { "reference (the f32 interpreter of the IR)" };
-                (Classifier::Reference(Box::new(net.interpreter())), note.to_string())
+            "reference" => (Classifier::Reference(Box::new(net.interpreter())), "reference (the f32 interpreter of the IR)".to_string()),
+            "pcie" | "auto" => {
+                let t = crate::backend::pcie_target();
+                let wanted = (backend == "pcie").then_some(config);
+                match opu_driver::Card::open(&t.sysfs_root, t.bdf.as_deref(), wanted) {
+                    Ok(card) => {
+                        let (bdf, cfg) = (card.bdf().to_string(), card.config().clone());
+                        let p = CnnProgram::load_on_card(&compile(&net, calibration, &cfg)?, card)?;
+                        let how = if backend == "auto" { "auto: OPU card answered; " } else { "" };
+                        (Classifier::Program(Box::new(p)), format!("{how}pcie (card {bdf}, overlay `{}`, 16-bit fixed point)", cfg.name))
+                    }
+                    Err(e) if backend == "auto" => {
+                        (Classifier::Reference(Box::new(net.interpreter())), format!("auto: {e}; using the reference path (the f32 interpreter)"))
+                    }
+                    Err(e) => bail!("backend `pcie`: {e}"),
+                }
             }
             "sim" => {
                 let p = CnnProgram::compile_on_sim(&net, calibration, config)?;
@@ -151,7 +170,7 @@ impl Classifier {
                 let p = CnnProgram::load_on_rtl(&compile(&net, calibration, config)?, config)?;
                 (Classifier::Program(Box::new(p)), format!("rtl (Verilator, overlay `{}`, 16-bit fixed point)", config.name))
             }
-            other => bail!("unknown backend `{other}` for a CNN (expected reference, sim, rtl or auto)"),
+            other => bail!("unknown backend `{other}` for a CNN (expected reference, sim, rtl, pcie or auto)"),
         })
     }
 

@@ -96,8 +96,8 @@ enum Command {
         #[arg(long, default_value = "digits")]
         model: String,
         /// Backend: sim (16-bit fixed point on the functional simulator), rtl (the same program on the
-        /// overlay's RTL under Verilator: its CNN unit, bit for bit with sim), reference (the f32
-        /// interpreter), auto (an OPU card, else the reference path).
+        /// overlay's RTL under Verilator: its CNN unit, bit for bit with sim), pcie (an OPU card, or an
+        /// emulated one), reference (the f32 interpreter), auto (an OPU card, else the reference path).
         #[arg(long, default_value = "auto")]
         backend: String,
         /// Overlay the sim and rtl backends compile for: a preset (sim, sim-wide, u280; rtl: sim, sim-wide)
@@ -106,6 +106,8 @@ enum Command {
         config: String,
         #[command(flatten)]
         cnn: CnnArgs,
+        #[command(flatten)]
+        card: CardArgs,
         /// Probabilities printed per image.
         #[arg(long, default_value_t = 3)]
         top: usize,
@@ -311,6 +313,38 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the OPU cards on PCIe (or emulated): bus address, overlay, config hash, state, last run's counters.
+    Devices {
+        /// Where PCI devices are listed (default: $OPU_SYSFS_ROOT, else /sys/bus/pci/devices).
+        #[arg(long)]
+        sysfs_root: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Emulate an OPU card: a fake sysfs tree and device memory under ROOT that the PCIe driver finds
+    /// (OPU_SYSFS_ROOT=ROOT), served by the functional simulator or the RTL until interrupted or ROOT/<bdf>
+    /// is removed.
+    Emulate {
+        /// The sysfs root to create the card under (created if missing).
+        #[arg(long)]
+        root: PathBuf,
+        /// What plays the card: sim (the functional simulator) or rtl (the RTL under Verilator: sim and
+        /// sim-wide).
+        #[arg(long, default_value = "sim", value_parser = ["sim", "rtl"])]
+        backend: String,
+        /// The overlay the card runs: a preset or a TOML file.
+        #[arg(long, default_value = "sim")]
+        config: String,
+        /// The card's PCI bus address.
+        #[arg(long, default_value = opu_driver::emulate::DEFAULT_BDF)]
+        bdf: String,
+        /// Threads of the functional simulator (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Misbehave, for the driver's fault tests: never-complete (take the doorbell, stay BUSY).
+        #[arg(long, value_parser = ["never-complete"])]
+        fault: Option<String>,
+    },
     /// Disassemble raw instructions or every code section of a program container.
     Disasm {
         input: PathBuf,
@@ -355,7 +389,7 @@ enum RtlCommand {
 struct ModelArgs {
     /// Backend: auto (an OPU card, else the reference path), reference, sim (the functional simulator), rtl
     /// (the overlay's RTL under Verilator, the `sim` and `sim-wide` presets; slow: thousands of cycles per
-    /// second).
+    /// second), pcie (an OPU card through the driver, or an emulated one: `opu emulate`).
     #[arg(long, default_value = "auto")]
     backend: String,
     /// A GGUF file, or the name of a known model (fetched into the cache on first use).
@@ -376,6 +410,34 @@ struct ModelArgs {
     skip: SkipArgs,
     #[command(flatten)]
     kv: KvArgs,
+    #[command(flatten)]
+    card: CardArgs,
+}
+
+/// Which OPU card the `pcie` and `auto` backends use.
+#[derive(clap::Args, Clone)]
+struct CardArgs {
+    /// Where PCI devices are listed (default: $OPU_SYSFS_ROOT, else /sys/bus/pci/devices); an emulated
+    /// card's root (`opu emulate --root`).
+    #[arg(long)]
+    sysfs_root: Option<PathBuf>,
+    /// The card's PCI bus address (e.g. 0000:0e:00.0); default: the first OPU card.
+    #[arg(long)]
+    device: Option<String>,
+    /// Seconds a run on the card may take before the driver gives up.
+    #[arg(long, default_value_t = 600.0)]
+    device_timeout: f64,
+}
+
+impl CardArgs {
+    fn target(&self) -> Result<opu_host::backend::PcieTarget> {
+        anyhow::ensure!(self.device_timeout.is_finite() && self.device_timeout > 0.0, "--device-timeout must be a number of seconds above 0");
+        Ok(opu_host::backend::PcieTarget {
+            sysfs_root: opu_driver::sysfs::root(self.sysfs_root.as_deref()),
+            bdf: self.device.clone(),
+            timeout: std::time::Duration::from_secs_f64(self.device_timeout),
+        })
+    }
 }
 
 /// How a CNN's images become its input, and what its fixed-point formats are calibrated on.
@@ -571,6 +633,7 @@ impl ModelArgs {
             std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         }
         let config = OverlayConfig::from_name_or_path(&self.config)?;
+        opu_host::backend::set_pcie_target(self.card.target()?);
         let path = cache::resolve_model(self.model.as_deref(), quiet)?;
         let spinner = if quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
         spinner.set_message(format!("loading {} on the {} backend", path.display(), self.backend));
@@ -649,6 +712,8 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 let out = serde_json::json!({
                     "backend": session.backend_name(),
+                    // why `auto` chose it
+                    "backend_note": session.backend_note,
                     "prompt": text,
                     "prompt_ids": gen.prompt_ids,
                     "generated_ids": gen.generated_ids,
@@ -738,12 +803,16 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Classify { images, model, backend, config, cnn, top, json } => {
+        Command::Classify { images, model, backend, config, cnn, card, top, json } => {
             let config = OverlayConfig::from_name_or_path(&config)?;
+            let target = card.target()?;
+            // `auto` compiles for a card when one is there
+            let card_present = backend == "auto" && opu_driver::sysfs::find(&target.sysfs_root, target.bdf.as_deref()).is_ok();
+            opu_host::backend::set_pcie_target(target);
             let path = cache::resolve_kind(&model, cache::FileKind::Keras, "--model", json)?;
             let net = opu_host::cnn::open_network(&path, cnn.input_scale)?;
             let rows = opu_host::cnn::image_rows(&net, &images, cnn.preprocess(&model)?)?;
-            let calibration = if matches!(backend.as_str(), "sim" | "rtl") { cnn.calibration(&net, &model, json)? } else { Vec::new() };
+            let calibration = if matches!(backend.as_str(), "sim" | "rtl" | "pcie") || card_present { cnn.calibration(&net, &model, json)? } else { Vec::new() };
             let (mut classifier, note) = opu_host::cnn::Classifier::open(net, &backend, &config, &calibration)?;
             if !json {
                 eprintln!("{}: {note}", path.display());
@@ -934,6 +1003,7 @@ fn run(cli: Cli) -> Result<()> {
                     routers: if backend == "reference" { None } else { model.routers.clone() },
                     skip: if backend == "reference" { SkipArgs::default() } else { model.skip.clone() },
                     kv: model.kv.clone(),
+                    card: model.card.clone(),
                 };
                 let mut session = args.open(json, Some(1))?;
                 // A fixed, ordinary token sequence (not sampled): the text's tokens repeated as needed.
@@ -1245,6 +1315,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Inspect { input, json } => inspect(&input, json)?,
         Command::Rtl(cmd) => rtl(cmd)?,
+        Command::Devices { sysfs_root, json } => devices(sysfs_root.as_deref(), json)?,
+        Command::Emulate { root, backend, config, bdf, threads, fault } => emulate(&root, &backend, &config, &bdf, threads, fault.as_deref())?,
         Command::Exec { prog, backend, vcd, json } => {
             let (config, program, opts) = prog.open()?;
             let mut dev: Box<dyn opu_hw::device::Device> = match backend.as_str() {
@@ -1530,6 +1602,99 @@ fn config_json(c: &OverlayConfig) -> serde_json::Value {
     v["peak_bandwidth_gb_per_s"] = (c.peak_bandwidth_bytes_per_s() / 1e9).into();
     v["kv_history_bytes"] = c.kv_history_bytes().into();
     v
+}
+
+/// `opu devices`: the cards under the sysfs root, read without taking them.
+fn devices(root: Option<&Path>, json: bool) -> Result<()> {
+    let root = opu_driver::sysfs::root(root);
+    let cards = opu_driver::card::list(&root)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "sysfs_root": root, "cards": cards }))?);
+        return Ok(());
+    }
+    if cards.is_empty() {
+        println!("no OPU card under {} (PCI {:04x}:{:04x})", root.display(), opu_hw::pci::VENDOR_ID, opu_hw::pci::DEVICE_ID);
+    }
+    for c in &cards {
+        if let Some(e) = &c.error {
+            println!("{}  unreadable: {e}", c.bdf);
+            continue;
+        }
+        let emulated = c.emulated.as_ref().map_or(String::new(), |e| format!("  emulated ({}, pid {})", e["backend"].as_str().unwrap_or("?"), e["pid"]));
+        println!(
+            "{}  OPU {}  overlay {} ({})  {}{}{}",
+            c.bdf,
+            c.version,
+            c.config.as_deref().map_or("unknown".to_string(), |n| format!("`{n}`")),
+            c.config_hash,
+            c.state,
+            if c.in_use { ", in use" } else { "" },
+            emulated
+        );
+        let k = &c.counters;
+        println!(
+            "    last run: {} cycles, {} instructions, {} bytes read, {} bytes written, {} MACs",
+            k["cycles"], k["instructions"], k["bytes_read"], k["bytes_written"], k["macs"]
+        );
+    }
+    Ok(())
+}
+
+/// Raised by SIGINT / SIGTERM: `opu emulate` removes its card and exits.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `opu emulate`: an emulated card under `root`, served until a signal or until its directory is removed.
+fn emulate(root: &Path, backend: &str, config: &str, bdf: &str, threads: Option<usize>, fault: Option<&str>) -> Result<()> {
+    let config = OverlayConfig::from_name_or_path(config)?;
+    let threads = threads.unwrap_or_else(opu_host::runtime::compute_threads);
+    anyhow::ensure!(threads > 0, "--threads must be at least 1");
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let rtl = backend == "rtl";
+    let factory: opu_driver::emulate::DeviceFactory = Box::new(move |c: &OverlayConfig| -> Result<Box<dyn opu_hw::Device>, String> {
+        if rtl {
+            Ok(Box::new(opu_rtlsim::RtlSim::new(c).map_err(|e| format!("backend `rtl`: {e}"))?))
+        } else {
+            let mut f = opu_sim::func::FuncSim::new(c);
+            f.set_threads(threads);
+            Ok(Box::new(f))
+        }
+    });
+    let mut emu = opu_driver::emulate::Emulator::new(root, bdf, &config, backend, factory)?;
+    if fault == Some("never-complete") {
+        emu.set_fault(Some(opu_driver::emulate::Fault::NeverComplete));
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+    println!(
+        "emulated OPU card {} (overlay `{}`, {}) under {}: OPU_SYSFS_ROOT={} finds it",
+        emu.tree.bdf,
+        config.name,
+        if rtl { "the RTL under Verilator" } else { "the functional simulator" },
+        emu.tree.root.display(),
+        emu.tree.root.display()
+    );
+    std::io::stdout().flush()?;
+    let ended = emu.serve(&STOP, |n, r| match r {
+        Ok(c) => eprintln!("run {n}: done, {} instructions, {} cycles", c.instructions, c.cycles),
+        Err(e) => eprintln!("run {n}: {e}"),
+    })?;
+    eprintln!("{} runs; {} bytes copied into the device, {} out", emu.runs, emu.bytes_in, emu.bytes_out);
+    if ended == opu_driver::emulate::Ended::Stopped {
+        match std::fs::remove_dir_all(&emu.tree.dir) {
+            Ok(()) => eprintln!("removed {}", emu.tree.dir.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", emu.tree.dir.display())),
+        }
+    } else {
+        eprintln!("{} was removed: stopping", emu.tree.dir.display());
+    }
+    Ok(())
 }
 
 fn info(config: Option<&str>, json: bool) -> Result<()> {

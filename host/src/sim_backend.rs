@@ -18,6 +18,8 @@ use std::time::Duration;
 pub enum ProgramDevice {
     Func(FuncSim),
     Rtl(Box<RtlSim>),
+    /// A card on PCIe (or an emulated one) through the driver.
+    Pcie(Box<opu_driver::Card>),
 }
 
 impl ProgramDevice {
@@ -25,6 +27,7 @@ impl ProgramDevice {
         match self {
             ProgramDevice::Func(d) => d,
             ProgramDevice::Rtl(d) => d.as_mut(),
+            ProgramDevice::Pcie(d) => d.as_mut(),
         }
     }
     /// [`Device::channel_bytes`] of the device.
@@ -32,11 +35,21 @@ impl ProgramDevice {
         match self {
             ProgramDevice::Func(d) => d.channel_bytes(),
             ProgramDevice::Rtl(d) => d.channel_bytes(),
+            ProgramDevice::Pcie(d) => d.channel_bytes(),
+        }
+    }
+    /// Whether the CYCLES counter counts clock cycles of an overlay (the RTL, a card) rather than the
+    /// functional simulator's estimate (also behind an emulated card).
+    pub fn counts_cycles(&self) -> bool {
+        match self {
+            ProgramDevice::Func(_) => false,
+            ProgramDevice::Rtl(_) => true,
+            ProgramDevice::Pcie(c) => c.function.emulator_info().is_none_or(|i| i["backend"] != "sim"),
         }
     }
 }
 
-/// A device that never answers in this long has hung.
+/// A simulator that never answers in this long has hung.
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub struct SimBackend {
@@ -70,6 +83,8 @@ pub struct SimBackend {
     kv_rows: Option<KvRows>,
     /// The device's bytes per memory channel at the last reset, where it counts them (the RTL's memory).
     channel_base: Option<Vec<u64>>,
+    /// Wall time a pass may take before the host gives up on the device.
+    run_timeout: Duration,
 }
 
 impl SimBackend {
@@ -87,6 +102,19 @@ impl SimBackend {
         let dev = RtlSim::new(config).map_err(|e| anyhow::anyhow!("backend `rtl`: {e}"))?;
         let label = format!("rtl (Verilator, overlay `{}`)", config.name);
         Self::open_on(g, config, opts, ProgramDevice::Rtl(Box::new(dev)), label)
+    }
+
+    /// Compiles the model in `g` for `config` (the overlay `card` runs: checked when it was opened) and
+    /// loads it on the card; a pass that takes longer than `timeout` is an error.
+    pub fn open_pcie(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions, card: opu_driver::Card, timeout: Duration) -> Result<Self> {
+        let emulated = match card.function.emulator_info() {
+            Some(i) => format!(", emulated by the {} backend", i["backend"].as_str().unwrap_or("?")),
+            None => String::new(),
+        };
+        let label = format!("pcie (card {}, overlay `{}`{emulated})", card.bdf(), config.name);
+        let mut b = Self::open_on(g, config, opts, ProgramDevice::Pcie(Box::new(card)), label)?;
+        b.run_timeout = timeout;
+        Ok(b)
     }
 
     fn open_on(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions, mut dev: ProgramDevice, label: String) -> Result<Self> {
@@ -122,6 +150,7 @@ impl SimBackend {
             meta: compiled.meta,
             channel_base: dev.channel_bytes(),
             dev,
+            run_timeout: RUN_TIMEOUT,
         })
     }
 
@@ -159,9 +188,9 @@ impl SimBackend {
                 })));
                 Some(bar)
             }
-            ProgramDevice::Func(_) => None,
+            ProgramDevice::Func(_) | ProgramDevice::Pcie(_) => None,
         };
-        let run = loader::run(self.dev.device(), e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], RUN_TIMEOUT);
+        let run = loader::run(self.dev.device(), e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], self.run_timeout);
         if let (Some(bar), ProgramDevice::Rtl(d)) = (bar, &mut self.dev) {
             d.set_progress(None);
             bar.finish_and_clear();
@@ -369,7 +398,7 @@ impl Backend for SimBackend {
         };
         let all = &self.counters;
         // the functional simulator estimates cycles; the RTL counts them
-        let cycles_key = if matches!(self.dev, ProgramDevice::Rtl(_)) { "cycles" } else { "cycles_estimate" };
+        let cycles_key = if self.dev.counts_cycles() { "cycles" } else { "cycles_estimate" };
         let mut v = serde_json::json!({
             "compile_seconds": self.compile_seconds,
             "passes": self.passes,
@@ -390,7 +419,7 @@ impl Backend for SimBackend {
         // per decoded token (else per token): cycles, bytes, bandwidth efficiency, unit utilization, the
         // projected tokens/s; from the RTL's counters, or the functional simulator's estimate
         v["figures"] = c.figures(tokens, &self.config);
-        v["figures"]["cycles_are_estimates"] = (!matches!(self.dev, ProgramDevice::Rtl(_))).into();
+        v["figures"]["cycles_are_estimates"] = (!self.dev.counts_cycles()).into();
         // where a decoded token's cycles go, by instruction (the model's split; the program's first fetch is
         // in no instruction's share)
         if self.decode_passes > 0 && !self.decode_cycles_by_mnemonic.is_empty() {

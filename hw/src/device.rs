@@ -12,8 +12,8 @@ use std::time::Duration;
 /// What went wrong talking to a device.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("device did not complete within {0:?}")]
-    Timeout(Duration),
+    #[error("device did not complete within {waited:?}: STATUS (0x014) still reads {status:#x}, neither DONE nor ERROR")]
+    Timeout { waited: Duration, status: u32 },
     #[error("device memory access [{addr:#x}, +{len:#x}) outside device memory of {size:#x} bytes")]
     OutOfRange { addr: u64, len: u64, size: u64 },
     #[error("MMIO offset {offset:#x} is not a register (or not 4-byte aligned)")]
@@ -66,6 +66,58 @@ pub trait Device {
     fn channel_bytes(&self) -> Option<Vec<u64>> {
         None
     }
+
+    /// The device-memory ranges the device itself (its programs, not `mem_write`) wrote since the last
+    /// call, in whole pages of [`WrittenPages::PAGE`] bytes, where the device tracks them (the simulators
+    /// do). A mirror of device memory copies these back after a run: the emulated card's memory file.
+    fn take_written(&mut self) -> Option<Vec<std::ops::Range<u64>>> {
+        None
+    }
+}
+
+/// The pages of device memory written since the last [`WrittenPages::take`]: one bit per page.
+#[derive(Clone, Debug, Default)]
+pub struct WrittenPages {
+    bits: Vec<u64>,
+}
+
+impl WrittenPages {
+    /// Bytes of a page.
+    pub const PAGE: u64 = 64 << 10;
+
+    pub fn new(mem_bytes: u64) -> Self {
+        let pages = mem_bytes.div_ceil(Self::PAGE);
+        WrittenPages { bits: vec![0; pages.div_ceil(64) as usize] }
+    }
+
+    /// Marks the pages `[start, end)` touches (bytes past the memory are ignored).
+    pub fn mark(&mut self, start: u64, end: u64) {
+        if end <= start || self.bits.is_empty() {
+            return;
+        }
+        let last = ((end - 1) / Self::PAGE).min(self.bits.len() as u64 * 64 - 1);
+        for p in start / Self::PAGE..=last {
+            self.bits[(p / 64) as usize] |= 1 << (p % 64);
+        }
+    }
+
+    /// The marked pages as byte ranges (adjacent pages merged), clearing the marks.
+    pub fn take(&mut self) -> Vec<std::ops::Range<u64>> {
+        let mut out: Vec<std::ops::Range<u64>> = Vec::new();
+        for (w, word) in self.bits.iter_mut().enumerate() {
+            let mut b = std::mem::take(word);
+            while b != 0 {
+                let p = w as u64 * 64 + u64::from(b.trailing_zeros());
+                b &= b - 1;
+                let r = p * Self::PAGE..(p + 1) * Self::PAGE;
+                match out.last_mut() {
+                    Some(last) if last.end == r.start => last.end = r.end,
+                    _ => out.push(r),
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Checks that `[addr, addr + len)` lies inside a memory of `size` bytes; the error every implementation
@@ -87,5 +139,18 @@ mod tests {
         assert!(check_range(u64::MAX, 2, 16).is_err());
         let e = check_range(0x10, 0x20, 0x18).unwrap_err().to_string();
         assert!(e.contains("0x10") && e.contains("outside device memory"), "{e}");
+    }
+
+    #[test]
+    fn written_pages_merge_and_clear() {
+        const P: u64 = WrittenPages::PAGE;
+        let mut w = WrittenPages::new(130 * P);
+        w.mark(5, 6);
+        w.mark(P - 1, P + 1);
+        w.mark(63 * P + 7, 65 * P);
+        w.mark(129 * P, 200 * P);
+        w.mark(3, 3);
+        assert_eq!(w.take(), vec![0..2 * P, 63 * P..65 * P, 129 * P..130 * P]);
+        assert!(w.take().is_empty(), "take clears the marks");
     }
 }

@@ -7,6 +7,7 @@
 //! - [`numerics`]: every datapath operation as a bit-exact Rust function.
 //! - [`weight_layout`]: how a `matmul` matrix lies in device memory (interleaved by PE lane).
 //! - [`device`]: the `Device` trait that simulators, the emulated card and the PCIe driver implement.
+//! - [`pci`]: the card's PCIe identity (vendor and device id, BAR 0) the card image and the driver share.
 //!
 //! Nothing here depends on another OPU crate; everything else depends on this.
 
@@ -16,6 +17,7 @@ pub mod device;
 pub mod hash;
 pub mod isa;
 pub mod numerics;
+pub mod pci;
 pub mod weight_layout;
 pub mod regs;
 

@@ -158,7 +158,7 @@ pub const REGISTERS: &[Register] = &[
     reg!("ERROR_INFO_HI", ERROR_INFO_LO + 4, Ro, "trap detail, high word"),
     reg!("BUSY_DMA_LO", BUSY_LO, Ro, "cycles of the last run the DMA unit had work (an instruction running or queued), low word"),
     reg!("BUSY_DMA_HI", BUSY_LO + 4, Ro, "DMA unit busy cycles, high word"),
-    reg!("BUSY_MATRIX_LO", BUSY_LO + 8, Ro, "cycles the matrix unit (weight stream, PE array) had work, low word"),
+    reg!("BUSY_MATRIX_LO", BUSY_LO + 8, Ro, "cycles the matrix unit (weight stream, PE array; the CNN unit's conv and maxpool) had work, low word"),
     reg!("BUSY_MATRIX_HI", BUSY_LO + 12, Ro, "matrix unit busy cycles, high word"),
     reg!("BUSY_VECTOR_LO", BUSY_LO + 16, Ro, "cycles the vector unit had work, low word"),
     reg!("BUSY_VECTOR_HI", BUSY_LO + 20, Ro, "vector unit busy cycles, high word"),

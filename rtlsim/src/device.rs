@@ -124,6 +124,8 @@ mod imp {
         stall_rng: u64,
         /// Bytes each channel has moved ([`Device::channel_bytes`]).
         channel_bytes: Vec<u64>,
+        /// Pages the overlay wrote ([`Device::take_written`]).
+        written: opu_hw::device::WrittenPages,
     }
 
     /// Called with the cycles since the doorbell while `wait_done` simulates.
@@ -164,6 +166,7 @@ mod imp {
                 progress: None,
                 stall_rng: 0,
                 channel_bytes: vec![0; config.mem_channels as usize],
+                written: opu_hw::device::WrittenPages::new(mem_bytes as u64),
             };
             s.set(s.ports.reset, 1);
             s.step();
@@ -329,6 +332,7 @@ mod imp {
                     self.top.port_words(self.ports.m_wdata, &mut data);
                     let mask = self.get(self.ports.m_wmask);
                     let at = line.saturating_mul(32) as usize;
+                    self.written.mark(at as u64, at as u64 + 32);
                     if let Some(bytes) = self.mem.get_mut(at..at + 32) {
                         for (b, byte) in bytes.iter_mut().enumerate() {
                             if mask >> b & 1 == 1 {
@@ -389,6 +393,10 @@ mod imp {
             self.mem.len() as u64
         }
 
+        fn take_written(&mut self) -> Option<Vec<std::ops::Range<u64>>> {
+            Some(self.written.take())
+        }
+
         /// Simulates until STATUS shows DONE or ERROR, checking STATUS every 256 cycles; `timeout` is wall time.
         fn wait_done(&mut self, timeout: Duration) -> Result<Completion, DeviceError> {
             let start = Instant::now();
@@ -413,7 +421,7 @@ mod imp {
                     return Err(DeviceError::Io("no program has run".into()));
                 }
                 if start.elapsed() > timeout {
-                    return Err(DeviceError::Timeout(timeout));
+                    return Err(DeviceError::Timeout { waited: timeout, status: s });
                 }
                 let now = self.top.cycles() - self.doorbell_at;
                 if let Some(f) = &mut self.progress {

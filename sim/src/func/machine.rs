@@ -131,6 +131,8 @@ pub(crate) struct Machine {
     pub loader_lead: LoaderLead,
 
     pub mem: Vec<u8>,
+    /// The pages of `mem` the programs wrote since the host last asked (`Device::take_written`).
+    pub written: opu_hw::device::WrittenPages,
     pub spm: Vec<u8>,
     /// KV history buffer, K and V: `hist_slots` rows of `hist_width` FP16.
     pub hist_k: Vec<u16>,
@@ -170,6 +172,7 @@ impl Machine {
             loader_lead: LoaderLead::default(),
             // vec![0; n] is calloc: the pages of a 1 GiB memory are zeroed lazily by the OS.
             mem: vec![0u8; mem_bytes],
+            written: opu_hw::device::WrittenPages::new(mem_bytes as u64),
             spm: vec![0u8; config.scratchpad_bytes as usize],
             hist_k: vec![0u16; hist],
             hist_v: vec![0u16; hist],
@@ -270,6 +273,7 @@ impl Machine {
         self.work.mem_lines_written += lines_touched(r);
         self.regions.record(r.start as u64, n, true);
         self.row_cache.written(r);
+        self.written.mark(r.start as u64, r.end as u64);
     }
 
     /// FP16 elements (little-endian) of the scratchpad.

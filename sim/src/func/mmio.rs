@@ -169,6 +169,10 @@ impl Device for FuncSim {
         self.machine.mem.len() as u64
     }
 
+    fn take_written(&mut self) -> Option<Vec<std::ops::Range<u64>>> {
+        Some(self.machine.written.take())
+    }
+
     /// Runs are synchronous (the doorbell returns when the program has ended), so this only reports.
     fn wait_done(&mut self, _timeout: Duration) -> Result<Completion, DeviceError> {
         let s = self.regs.status;
