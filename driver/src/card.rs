@@ -276,7 +276,7 @@ fn info(f: &PciFunction) -> CardInfo {
     let v = bar.read32(regs::VERSION);
     out.version = format!("{}.{}", v >> 16, v & 0xFFFF);
     let hash = u64::from(bar.read32(regs::CONFIG_HASH_HI)) << 32 | u64::from(bar.read32(regs::CONFIG_HASH_LO));
-    out.config_hash = format!("{hash:#018x}");
+    out.config_hash = opu_hw::image::hash_text(hash);
     out.config = preset_of(hash).map(|c| c.name);
     out.in_use = bar.in_use();
     let s = bar.read32(regs::STATUS);

@@ -121,7 +121,7 @@ pub fn create(root: &Path, bdf: &str, config: &OverlayConfig, backend: &str) -> 
     }
     write(
         &t.dir.join(INFO_FILE),
-        &serde_json::json!({ "backend": backend, "config": config.name, "config_hash": format!("{:#018x}", config.hash()), "pid": std::process::id() }).to_string(),
+        &serde_json::json!({ "backend": backend, "config": config.name, "config_hash": opu_hw::image::hash_text(config.hash()), "pid": std::process::id() }).to_string(),
     )?;
     Ok(t)
 }
@@ -379,10 +379,12 @@ impl Emulator {
     /// `emulator/program.error`.
     fn program(&mut self, request: &Path) -> Result<(), DriverError> {
         let text = std::fs::read_to_string(request).map_err(io(request))?;
+        let mut image = None;
         let outcome = (|| -> Result<OverlayConfig, String> {
             let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
             let config: OverlayConfig = serde_json::from_value(v["config"].clone()).map_err(|e| format!("field `config`: {e}"))?;
             config.validate().map_err(|e| e.to_string())?;
+            image = v["bitstream_sha256"].as_str().map(str::to_string);
             Ok(config)
         })();
         let err_path = self.tree.dir.join("emulator/program.error");
@@ -399,7 +401,7 @@ impl Emulator {
                 self.mirror_all()?;
                 write(
                     &self.tree.dir.join(INFO_FILE),
-                    &serde_json::json!({ "backend": self.backend, "config": self.config.name, "config_hash": format!("{:#018x}", self.config.hash()), "pid": std::process::id() }).to_string(),
+                    &serde_json::json!({ "backend": self.backend, "config": self.config.name, "config_hash": opu_hw::image::hash_text(self.config.hash()), "pid": std::process::id(), "bitstream_sha256": image }).to_string(),
                 )?;
             }
             Err(what) => write(&err_path, &what)?,

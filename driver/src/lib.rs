@@ -8,6 +8,8 @@
 //! - [`card`]: a card opened for use ([`card::Card`] implements [`opu_hw::device::Device`]): exclusive
 //!   (a lock on its BAR file), identified (ID, VERSION, CONFIG_HASH checked), completion polled with a
 //!   timeout.
+//! - [`flash`]: programming a card with a card image (`opu flash`): the bitstream and its sidecar checked,
+//!   the vendor tool run, the card checked against the sidecar.
 //! - [`emulate`]: an emulated card: a fake sysfs tree and device-memory file served by any `Device` (the
 //!   functional simulator or the RTL), reached by the driver through exactly the code above.
 //!
@@ -18,6 +20,7 @@ pub mod bar;
 pub mod card;
 pub mod emulate;
 pub mod error;
+pub mod flash;
 pub mod sysfs;
 pub mod xdma;
 

@@ -345,6 +345,35 @@ enum Command {
         #[arg(long, value_parser = ["never-complete"])]
         fault: Option<String>,
     },
+    /// Program a card with a card image (a .bit from `opu rtl project`'s build, or an .xclbin), then check
+    /// that the card's ID and CONFIG_HASH are the image's sidecar's.
+    Flash {
+        bitstream: PathBuf,
+        /// The card's PCI bus address (default: the first OPU card, if any).
+        #[arg(long)]
+        device: Option<String>,
+        /// xrt (xrt-smi program, an .xclbin), openfpgaloader (JTAG, a .bit), emulated (an `opu emulate` card);
+        /// default: emulated for an emulated card, else by the file (.xclbin: xrt, .bit: openfpgaloader).
+        #[arg(long, value_parser = ["xrt", "openfpgaloader", "emulated"])]
+        method: Option<String>,
+        /// The image's sidecar (default: NAME.opu.json beside it, or the project's opu-overlay.json).
+        #[arg(long)]
+        sidecar: Option<PathBuf>,
+        /// openFPGALoader's JTAG cable (the Alveo's on-board FTDI is an ft4232).
+        #[arg(long, default_value = "ft4232")]
+        cable: String,
+        /// openFPGALoader: the FTDI chip's serial number, to pick one card's JTAG among several.
+        #[arg(long)]
+        ftdi_serial: Option<String>,
+        #[arg(long)]
+        sysfs_root: Option<PathBuf>,
+        /// Print the exact commands and stop.
+        #[arg(long)]
+        dry_run: bool,
+        /// Seconds to wait for the card to come back (or an emulated card to take the image).
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
     /// Disassemble raw instructions or every code section of a program container.
     Disasm {
         input: PathBuf,
@@ -383,6 +412,17 @@ enum RtlCommand {
     },
     /// List the RTL units.
     Units,
+    /// Write a card image project for a board: the overlay's Verilog, a top that joins it to the PCIe bridge
+    /// and the HBM, the constraints, a Vivado build script (`vivado -mode batch -source build.tcl`), and the
+    /// sidecar `opu flash` checks (docs/driver.md).
+    Project {
+        #[arg(long, default_value = "u280")]
+        config: String,
+        #[arg(long, default_value = "alveo-u280")]
+        board: String,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -1316,6 +1356,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Inspect { input, json } => inspect(&input, json)?,
         Command::Rtl(cmd) => rtl(cmd)?,
         Command::Devices { sysfs_root, json } => devices(sysfs_root.as_deref(), json)?,
+        Command::Flash { bitstream, device, method, sidecar, cable, ftdi_serial, sysfs_root, dry_run, timeout } => {
+            flash(&bitstream, device.as_deref(), method.as_deref(), sidecar, cable, ftdi_serial, sysfs_root.as_deref(), dry_run, timeout)?
+        }
         Command::Emulate { root, backend, config, bdf, threads, fault } => emulate(&root, &backend, &config, &bdf, threads, fault.as_deref())?,
         Command::Exec { prog, backend, vcd, json } => {
             let (config, program, opts) = prog.open()?;
@@ -1403,6 +1446,28 @@ fn disasm(input: &Path, listing: bool) -> Result<String> {
 
 fn rtl(cmd: RtlCommand) -> Result<()> {
     match cmd {
+        RtlCommand::Project { config, board, output } => {
+            let cfg = OverlayConfig::from_name_or_path(&config)?;
+            let b = opu_rtl::card::board(&board)?;
+            let files = opu_rtl::card::project(&cfg, b, &utc_now_rfc3339(), env!("CARGO_PKG_VERSION"))?;
+            for f in &files {
+                let path = output.join(f.path);
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                }
+                std::fs::write(&path, &f.text).with_context(|| format!("writing {}", path.display()))?;
+            }
+            println!(
+                "card image project for {} ({}), overlay `{}` (config hash {}): {} files in {}\nbuild it with: cd {} && vivado -mode batch -source build.tcl",
+                b.name,
+                b.part,
+                cfg.name,
+                opu_hw::image::hash_text(cfg.hash()),
+                files.len(),
+                output.display(),
+                output.display()
+            );
+        }
         RtlCommand::Units => {
             for (name, top, what) in opu_rtl::UNITS {
                 println!("{name:<12} {top:<18} {what}");
@@ -1602,6 +1667,79 @@ fn config_json(c: &OverlayConfig) -> serde_json::Value {
     v["peak_bandwidth_gb_per_s"] = (c.peak_bandwidth_bytes_per_s() / 1e9).into();
     v["kv_history_bytes"] = c.kv_history_bytes().into();
     v
+}
+
+/// Now as RFC 3339 UTC (`2026-12-07T16:05:09Z`), for the card image's sidecar. By hand (the civil-from-days
+/// algorithm) rather than a date crate: it is the only date this program writes.
+fn utc_now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// `opu flash`: checks the image and its sidecar, programs the card (or prints how), checks the card.
+#[allow(clippy::too_many_arguments)]
+fn flash(
+    bitstream: &Path,
+    device: Option<&str>,
+    method: Option<&str>,
+    sidecar: Option<PathBuf>,
+    cable: String,
+    ftdi_serial: Option<String>,
+    sysfs_root: Option<&Path>,
+    dry_run: bool,
+    timeout: u64,
+) -> Result<()> {
+    use opu_driver::flash::{self, Image, ImageKind, Method};
+    let image = Image::read(bitstream)?;
+    let sidecar_path = match sidecar {
+        Some(p) => p,
+        None => image.find_sidecar()?,
+    };
+    let sc = opu_hw::image::Sidecar::read(&sidecar_path)?;
+    image.check_sidecar(&sc, &sidecar_path)?;
+    let root = opu_driver::sysfs::root(sysfs_root);
+    let card = match device {
+        Some(b) => Some(opu_driver::sysfs::find(&root, Some(b))?),
+        None => opu_driver::sysfs::find(&root, None).ok(),
+    };
+    let method = match method {
+        Some("xrt") => Method::Xrt,
+        Some("openfpgaloader") => Method::OpenFpgaLoader { cable, ftdi_serial },
+        Some("emulated") => Method::Emulated,
+        _ if card.as_ref().is_some_and(|c| c.emulator_info().is_some()) => Method::Emulated,
+        _ if matches!(image.kind, ImageKind::Xclbin { .. }) => Method::Xrt,
+        _ => Method::OpenFpgaLoader { cable, ftdi_serial },
+    };
+    let steps = flash::plan(&image, &sc, &method, card.as_ref(), &root)?;
+    eprintln!(
+        "{}: overlay `{}` (config hash {}) for {}, sidecar {}",
+        bitstream.display(),
+        sc.config.name,
+        sc.config_hash,
+        sc.board,
+        sidecar_path.display()
+    );
+    if dry_run {
+        for s in &steps {
+            println!("{s}");
+        }
+        return Ok(());
+    }
+    let timeout = std::time::Duration::from_secs(timeout);
+    flash::run(&steps, timeout)?;
+    let info = flash::verify(&root, card.as_ref().map(|c| c.bdf.as_str()), &sc, timeout)?;
+    println!("card {} now runs overlay `{}` (config hash {}), as the image's sidecar says", info.bdf, sc.config.name, info.config_hash);
+    Ok(())
 }
 
 /// `opu devices`: the cards under the sysfs root, read without taking them.

@@ -8,6 +8,8 @@
 //! - [`weight_layout`]: how a `matmul` matrix lies in device memory (interleaved by PE lane).
 //! - [`device`]: the `Device` trait that simulators, the emulated card and the PCIe driver implement.
 //! - [`pci`]: the card's PCIe identity (vendor and device id, BAR 0) the card image and the driver share.
+//! - [`image`]: the card image's sidecar (overlay, config hash, ISA version, build date) that `opu rtl
+//!   project` writes and `opu flash` checks.
 //!
 //! Nothing here depends on another OPU crate; everything else depends on this.
 
@@ -15,6 +17,7 @@ pub mod config;
 pub mod container;
 pub mod device;
 pub mod hash;
+pub mod image;
 pub mod isa;
 pub mod numerics;
 pub mod pci;

@@ -52,6 +52,7 @@ pub mod ctrl;
 pub mod dma;
 pub mod dsp;
 pub mod dsp3;
+pub mod card;
 pub mod emit;
 pub mod fp32;
 pub mod lane;
