@@ -88,14 +88,14 @@ impl Bar {
 
     /// The register at byte `offset` (4-byte aligned, inside the register map: checked by the caller).
     pub fn read32(&self, offset: u32) -> u32 {
-        assert!(offset % 4 == 0 && offset < regs::MAP_BYTES, "register offset {offset:#x}");
+        assert!(offset.is_multiple_of(4) && offset < regs::MAP_BYTES, "register offset {offset:#x}");
         // SAFETY: aligned and inside the mapping (asserted); volatile because the card changes it.
         unsafe { self.base().add(offset as usize).cast::<u32>().read_volatile() }
     }
 
     /// Writes the register at byte `offset`; a read-only mapping ignores the write (it is never used so).
     pub fn write32(&mut self, offset: u32, value: u32) {
-        assert!(offset % 4 == 0 && offset < regs::MAP_BYTES, "register offset {offset:#x}");
+        assert!(offset.is_multiple_of(4) && offset < regs::MAP_BYTES, "register offset {offset:#x}");
         if let Map::Rw(m) = &mut self.map {
             // SAFETY: as in `read32`; the mapping is writable.
             unsafe { m.as_mut_ptr().add(offset as usize).cast::<u32>().write_volatile(value) };

@@ -311,7 +311,7 @@ impl Emulator {
             if start < 0 {
                 let e = std::io::Error::last_os_error().raw_os_error();
                 if e != Some(libc::ENXIO) {
-                    return vec![0..len];
+                    return Vec::from([0..len]);
                 }
                 break;
             }
@@ -352,7 +352,7 @@ impl Emulator {
     fn copy_out(&mut self) -> Result<(), DeviceError> {
         let ranges = match self.dev.take_written() {
             Some(r) => r,
-            None => vec![0..self.mem.len() as u64],
+            None => Vec::from([0..self.mem.len() as u64]),
         };
         const CHUNK: u64 = 64 << 10;
         let mut buf = vec![0u8; CHUNK as usize];

@@ -79,6 +79,7 @@ pub trait Device {
 #[derive(Clone, Debug, Default)]
 pub struct WrittenPages {
     bits: Vec<u64>,
+    pages: u64,
 }
 
 impl WrittenPages {
@@ -87,15 +88,15 @@ impl WrittenPages {
 
     pub fn new(mem_bytes: u64) -> Self {
         let pages = mem_bytes.div_ceil(Self::PAGE);
-        WrittenPages { bits: vec![0; pages.div_ceil(64) as usize] }
+        WrittenPages { bits: vec![0; pages.div_ceil(64) as usize], pages }
     }
 
     /// Marks the pages `[start, end)` touches (bytes past the memory are ignored).
     pub fn mark(&mut self, start: u64, end: u64) {
-        if end <= start || self.bits.is_empty() {
+        if end <= start || start / Self::PAGE >= self.pages {
             return;
         }
-        let last = ((end - 1) / Self::PAGE).min(self.bits.len() as u64 * 64 - 1);
+        let last = ((end - 1) / Self::PAGE).min(self.pages - 1);
         for p in start / Self::PAGE..=last {
             self.bits[(p / 64) as usize] |= 1 << (p % 64);
         }
