@@ -93,6 +93,12 @@ impl Bar {
         unsafe { self.base().add(offset as usize).cast::<u32>().read_volatile() }
     }
 
+    /// A 64-bit register pair, low word first (the order that latches the high word).
+    pub fn read64(&self, lo_offset: u32) -> u64 {
+        let lo = self.read32(lo_offset);
+        u64::from(self.read32(lo_offset + 4)) << 32 | u64::from(lo)
+    }
+
     /// Writes the register at byte `offset`; a read-only mapping ignores the write (it is never used so).
     pub fn write32(&mut self, offset: u32, value: u32) {
         assert!(offset.is_multiple_of(4) && offset < regs::MAP_BYTES, "register offset {offset:#x}");

@@ -43,7 +43,7 @@ pub fn identify(bar: &Bar, bdf: &str, wanted: Option<&OverlayConfig>) -> Result<
             minor: regs::VERSION_VALUE & 0xFFFF,
         });
     }
-    let hash = u64::from(bar.read32(regs::CONFIG_HASH_HI)) << 32 | u64::from(bar.read32(regs::CONFIG_HASH_LO));
+    let hash = bar.read64(regs::CONFIG_HASH_LO);
     let preset = preset_of(hash);
     match wanted {
         Some(w) if w.hash() == hash => Ok(w.clone()),
@@ -275,7 +275,7 @@ fn info(f: &PciFunction) -> CardInfo {
     out.id = bar.read32(regs::ID);
     let v = bar.read32(regs::VERSION);
     out.version = format!("{}.{}", v >> 16, v & 0xFFFF);
-    let hash = u64::from(bar.read32(regs::CONFIG_HASH_HI)) << 32 | u64::from(bar.read32(regs::CONFIG_HASH_LO));
+    let hash = bar.read64(regs::CONFIG_HASH_LO);
     out.config_hash = opu_hw::image::hash_text(hash);
     out.config = preset_of(hash).map(|c| c.name);
     out.in_use = bar.in_use();
@@ -293,13 +293,12 @@ fn info(f: &PciFunction) -> CardInfo {
     } else {
         "idle".into()
     };
-    let pair = |lo: u32| u64::from(bar.read32(lo + 4)) << 32 | u64::from(bar.read32(lo));
     out.counters = serde_json::json!({
-        "cycles": pair(regs::CYCLES_LO),
-        "instructions": pair(regs::INSTRET_LO),
-        "bytes_read": pair(regs::BYTES_READ_LO),
-        "bytes_written": pair(regs::BYTES_WRITTEN_LO),
-        "macs": pair(regs::MACS_LO),
+        "cycles": bar.read64(regs::CYCLES_LO),
+        "instructions": bar.read64(regs::INSTRET_LO),
+        "bytes_read": bar.read64(regs::BYTES_READ_LO),
+        "bytes_written": bar.read64(regs::BYTES_WRITTEN_LO),
+        "macs": bar.read64(regs::MACS_LO),
     });
     out
 }

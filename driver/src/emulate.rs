@@ -119,11 +119,21 @@ pub fn create(root: &Path, bdf: &str, config: &OverlayConfig, backend: &str) -> 
         std::fs::create_dir_all(&d).map_err(io(&d))?;
         write(&d.join("uevent"), &format!("MAJOR=240\nMINOR={minor}\nDEVNAME={}\n", node.display()))?;
     }
-    write(
-        &t.dir.join(INFO_FILE),
-        &serde_json::json!({ "backend": backend, "config": config.name, "config_hash": opu_hw::image::hash_text(config.hash()), "pid": std::process::id() }).to_string(),
-    )?;
+    write_info(&t.dir, backend, config, None)?;
     Ok(t)
+}
+
+/// The emulator's description of itself (`INFO_FILE`): its backend, the overlay it runs, its pid, and the
+/// SHA-256 of the image it was programmed with, if any.
+fn write_info(dir: &Path, backend: &str, config: &OverlayConfig, image: Option<&str>) -> Result<(), DriverError> {
+    let info = serde_json::json!({
+        "backend": backend,
+        "config": config.name,
+        "config_hash": opu_hw::image::hash_text(config.hash()),
+        "pid": std::process::id(),
+        "bitstream_sha256": image,
+    });
+    write(&dir.join(INFO_FILE), &info.to_string())
 }
 
 /// A misbehaving card, for the driver's fault tests.
@@ -399,10 +409,7 @@ impl Emulator {
                 self.mem = mem;
                 self.config = config;
                 self.mirror_all()?;
-                write(
-                    &self.tree.dir.join(INFO_FILE),
-                    &serde_json::json!({ "backend": self.backend, "config": self.config.name, "config_hash": opu_hw::image::hash_text(self.config.hash()), "pid": std::process::id(), "bitstream_sha256": image }).to_string(),
-                )?;
+                write_info(&self.tree.dir, &self.backend, &self.config, image.as_deref())?;
             }
             Err(what) => write(&err_path, &what)?,
         }
