@@ -26,4 +26,4 @@ pub mod quantize;
 pub mod routers;
 pub mod testing;
 
-pub use lower::{compile, CompileError, CompileOptions, Compiled, KvIndexMeta, KvLayout, ProgramMeta, SkipMeta};
+pub use lower::{compile, CompileError, CompileOptions, Compiled, KvIndexMeta, KvLayout, ProgramMeta, SessionsMeta, SkipMeta};

@@ -40,6 +40,9 @@ pub struct CompileOptions {
     pub routers: Option<Routers>,
     /// Where K/V rows live (docs/skipping.md, "KV layout").
     pub kv_layout: KvLayout,
+    /// KV caches for this many sessions at once, and the `sessions{n}` entries that advance up to that many
+    /// sessions in one pass (docs/serving.md, "Batched decode"). 0 or 1: one sequence, today's entries only.
+    pub max_sessions: usize,
 }
 
 /// Where the K/V of each (layer, position) is stored.
@@ -126,6 +129,31 @@ pub struct ProgramMeta {
     /// The K/V pool and row indexes of the indexed layout (absent: the dense layout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_index: Option<KvIndexMeta>,
+    /// The KV caches of several sessions and the entries that batch them (absent: one sequence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionsMeta>,
+}
+
+/// Several sessions on one program (`CompileOptions::max_sessions`, docs/serving.md "Batched decode").
+///
+/// Every layer's K and V regions hold `slots x max_context` rows: session slot `s` owns rows
+/// `s x max_context ..`, and its session table (`kvindex_slots`, one per slot, read-only) maps its
+/// position `p` to row `s x max_context + p` through the `kv_index` CSR. Slot 0's rows are those the
+/// `decode` and `prefill` entries use, so those entries serve slot 0 exactly as a one-session program.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SessionsMeta {
+    /// Sessions the program holds at once.
+    pub slots: usize,
+    /// The rows of a `sessions{n}` pass: for row `t`, the u32 position at `rows_addr + 8 t` and the u32 slot
+    /// at `rows_addr + 8 t + 4` (the token id is row `t` of `ids_addr`, its logits row `t` of `logits_addr`).
+    pub rows_addr: u64,
+    /// `sessions_entry[n - 1]`: the index in `entries` of `sessions{n}`, a pass of `n` rows, each the next
+    /// token of any session at its own position (rows of one session must be its consecutive positions in
+    /// order).
+    pub sessions_entry: Vec<usize>,
+    /// The index in `entries` of `prefill_slot`: `prefill`'s pass of consecutive positions from ARG1 for the
+    /// session in slot ARG3.
+    pub prefill_slot_entry: usize,
 }
 
 /// The indexed KV layout of a program: the runtime writes each layer's row index before a pass
@@ -208,7 +236,33 @@ struct Layout {
     trace_layer_bytes: u64,
     /// The overlay's PE lanes: the matrices' layout.
     pe_lanes: u32,
+    /// Several sessions' KV caches (`SessionsMeta`).
+    sessions: Option<SessionLayout>,
 }
+
+/// Device addresses of the sessions' tables and the rows of a `sessions{n}` pass.
+#[derive(Clone, Copy)]
+struct SessionLayout {
+    /// Slot `s`'s table at `tables + s x table_bytes` (u32 row per position).
+    tables: u64,
+    table_bytes: u64,
+    rows: u64,
+}
+
+/// Whose tokens a pass runs, and where their K/V live.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PassRows {
+    /// Consecutive positions from ARG1 of one sequence; position `p`'s K/V at row `p` of each layer (with
+    /// sessions: slot 0's rows).
+    Sequence,
+    /// Consecutive positions from ARG1 of the session in slot ARG3, its K/V through its session table.
+    SessionSequence,
+    /// Row `t` is a token of any session: its position and slot from the `rows` region.
+    Sessions,
+}
+
+/// The slot of `prefill_slot` (ARG3).
+const SLOT: Reg = Reg(11);
 
 /// Scratchpad buffers (word addresses) for a pass of `b` tokens.
 struct SpmBufs {
@@ -224,6 +278,8 @@ struct SpmBufs {
     rope: u32,
     gain: u32,
     logits: u32,
+    /// (position, slot) of each row of a `sessions{n}` pass (other passes: unused).
+    rows: u32,
     /// Output rows per chunk of the output projection.
     chunk_rows: usize,
 }
@@ -269,7 +325,25 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     }
     // The prefill pass takes as many tokens as the scratchpad holds, up to `max_batch` (a wide model's pass
     // of 64 tokens may not fit: Llama-7B's at u280 takes 20).
-    let batch = (1..=config.max_batch as usize).rev().find(|&n| spm_buffers(&cfg, config, n).is_some()).unwrap_or(1);
+    let batch = (1..=config.max_batch as usize).rev().find(|&n| spm_buffers(&cfg, config, n, false).is_some()).unwrap_or(1);
+    // Several sessions (docs/serving.md): a `sessions{n}` pass takes one row per session, so the slots are
+    // bounded by the rows a pass can take; their K/V go through the session tables (`kv_index`), which the
+    // indexed layout and per-token routing use for their own purposes.
+    let slots = opts.max_sessions.max(1);
+    if slots > 1 {
+        if routers.is_some() || opts.kv_layout != KvLayout::Dense {
+            return Err(unsupported(format!(
+                "--max-sessions {slots} needs the dense program: per-token routing and the indexed KV layout decide per one-token pass, and a batched pass runs every session's blocks"
+            )));
+        }
+        if opts.trace_layers {
+            return Err(unsupported(format!("--max-sessions {slots} with --trace-layers: the trace holds one sequence")));
+        }
+        let most = (1..=config.max_batch as usize).rev().find(|&n| spm_buffers(&cfg, config, n, true).is_some()).unwrap_or(0);
+        if slots > most {
+            return Err(fits(format!("--max-sessions {slots}: a pass of the overlay takes at most {most} rows (max_batch {} and the scratchpad)", config.max_batch)));
+        }
+    }
     if let Some(r) = routers {
         if r.layers.len() != cfg.n_layer || r.hidden != e {
             return Err(unsupported(format!("routers for {} layers of hidden {}, the model has {} layers of hidden {e}", r.layers.len(), r.hidden, cfg.n_layer)));
@@ -334,9 +408,10 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     // Device memory.
     let mut plan = DevicePlan::default();
     let code_addr = plan.place("code", "code", 4 << 20);
-    let ids = plan.place("ids", "io", line_up(batch as u64 * 4));
+    let ids = plan.place("ids", "io", line_up(batch.max(slots) as u64 * 4));
     let logits_row_bytes = line_up(cfg.vocab as u64 * 4);
-    let logits = plan.place("logits", "io", logits_row_bytes * batch as u64);
+    let logits = plan.place("logits", "io", logits_row_bytes * batch.max(slots) as u64);
+    let session_rows = (slots > 1).then(|| plan.place("rows", "io", line_up(slots as u64 * 8)));
     let mut image = Image { plan, data: Vec::new(), pe_lanes: config.pe_lanes };
     let mut layers = Vec::with_capacity(cfg.n_layer);
     let kv_row = (hkv * hd * 2) as u64;
@@ -398,6 +473,16 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         }
     }
     let rope_addr = image.put("rope", "table", rope);
+    // each slot's session table: position p -> row s x max_context + p
+    let sessions = session_rows.map(|rows| {
+        let table_bytes = line_up(max_context as u64 * 4);
+        let mut bytes = Vec::with_capacity((table_bytes * slots as u64) as usize);
+        for s in 0..slots {
+            bytes.extend((0..max_context).flat_map(|p| ((s * max_context + p) as u32).to_le_bytes()));
+            bytes.resize((table_bytes * (s as u64 + 1)) as usize, 0);
+        }
+        SessionLayout { tables: image.put("kvindex_slots", "kv", bytes), table_bytes, rows }
+    });
     let Image { mut plan, data, .. } = image;
     let weight_bytes: u64 = data.iter().filter(|(n, _, _)| n.ends_with(".weight") && !n.contains("norm")).map(|(_, _, d)| d.len() as u64).sum();
     let mut bss = Vec::new();
@@ -422,10 +507,12 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     }
     for (l, la) in layers.iter_mut().enumerate() {
         if la.kv_index.is_none() {
-            la.k_cache = plan.place(&format!("k{l}"), "kv", kv_row * max_context as u64);
-            la.v_cache = plan.place(&format!("v{l}"), "kv", kv_row * max_context as u64);
-            bss.push((format!("k{l}"), la.k_cache, kv_row * max_context as u64));
-            bss.push((format!("v{l}"), la.v_cache, kv_row * max_context as u64));
+            // (every session slot's rows)
+            let bytes = kv_row * (slots * max_context) as u64;
+            la.k_cache = plan.place(&format!("k{l}"), "kv", bytes);
+            la.v_cache = plan.place(&format!("v{l}"), "kv", bytes);
+            bss.push((format!("k{l}"), la.k_cache, bytes));
+            bss.push((format!("v{l}"), la.v_cache, bytes));
         }
         if la.router[Block::Attention as usize].is_some() {
             let at = plan.place(&format!("presence{l}"), "kv", max_context as u64);
@@ -442,8 +529,9 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     let trace = opts.trace_layers.then(|| plan.place("trace", "io", trace_layer_bytes * cfg.n_layer as u64));
     if plan.end() > config.device_memory_bytes {
         return Err(fits(format!(
-            "the model needs {} MiB of device memory, the overlay has {} MiB (try a smaller --max-context)",
+            "the model needs {} MiB of device memory{}, the overlay has {} MiB (try a smaller --max-context)",
             plan.end() >> 20,
+            if slots > 1 { format!(" with the K/V of {slots} sessions") } else { String::new() },
             config.device_memory_bytes >> 20
         )));
     }
@@ -459,15 +547,22 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         trace,
         trace_layer_bytes,
         pe_lanes: config.pe_lanes,
+        sessions,
     };
 
     // Programs.
     let mut entries = Vec::new();
     let mut programs = Vec::new();
     let mut next_code = code_addr;
-    for (name, ntok) in [("decode", 1usize), ("prefill", batch)] {
-        let spm = spm_buffers(&cfg, config, ntok).ok_or_else(|| fits(format!("the scratchpad of {} bytes cannot hold a pass of {ntok} tokens", config.scratchpad_bytes)))?;
-        let program = emit(&cfg, &layout, &spm, ntok);
+    let mut passes = vec![("decode".to_string(), 1usize, PassRows::Sequence), ("prefill".to_string(), batch, PassRows::Sequence)];
+    if slots > 1 {
+        passes.extend((1..=slots).map(|n| (format!("sessions{n}"), n, PassRows::Sessions)));
+        passes.push(("prefill_slot".to_string(), batch, PassRows::SessionSequence));
+    }
+    for (name, ntok, rows) in passes {
+        let spm = spm_buffers(&cfg, config, ntok, rows == PassRows::Sessions)
+            .ok_or_else(|| fits(format!("the scratchpad of {} bytes cannot hold a pass of {ntok} tokens", config.scratchpad_bytes)))?;
+        let program = emit(&cfg, &layout, &spm, ntok, rows);
         entries.push(Entry { name: name.into(), ntok, code_addr: next_code, instructions: program.len() });
         next_code += line_up((program.len() * opu_hw::isa::INSTR_BYTES) as u64);
         programs.push(program);
@@ -507,6 +602,12 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
             history_hit_bytes: (hd * 2 * 2) as u64,
         }),
         kv_index,
+        sessions: layout.sessions.map(|sl| SessionsMeta {
+            slots,
+            rows_addr: sl.rows,
+            sessions_entry: (0..slots).map(|n| 2 + n).collect(),
+            prefill_slot_entry: 2 + slots,
+        }),
     };
 
     let mut c = Container::new(config);
@@ -570,12 +671,16 @@ impl Image {
     }
 }
 
-fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize) -> Option<SpmBufs> {
+/// The scratchpad of a pass of `b` tokens; `session_rows`: with the (position, slot) of each row (a
+/// `sessions{n}` pass).
+fn spm_buffers(cfg: &LlamaConfig, config: &OverlayConfig, b: usize, session_rows: bool) -> Option<SpmBufs> {
     let row = |n: usize, bytes: usize| (b as u32) * pad4((n * bytes) as u32);
     let kv = cfg.n_head_kv * cfg.head_dim;
     let mut s = SpmPlan::new(config.scratchpad_bytes);
     let mut bufs = SpmBufs {
         ids: s.place("ids", b as u32 * 4)?,
+        // (placed only where used: the other passes' scratchpads are as without sessions)
+        rows: if session_rows { s.place("rows", b as u32 * 8)? } else { 0 },
         x: s.place("x", row(cfg.n_embd, 2))?,
         xn: s.place("xn", row(cfg.n_embd, 2))?,
         // q, k and v one after the other, and gate and up: in a one-token pass each pair of neighbours is
@@ -616,8 +721,8 @@ fn follows(pe_lanes: u32, first: (u64, WeightFormat), rows: usize, cols: usize, 
         && first.1.row_bytes(cols).is_some_and(|rb| first.0 + WeightLayout::for_lanes(pe_lanes, rb).matrix_bytes(rows as u64) == next.0)
 }
 
-/// Emits one pass of `b` tokens.
-fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
+/// Emits one pass of `b` tokens, whose positions and K/V rows `rows` says.
+fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize, rows: PassRows) -> Vec<Instr> {
     let (e, hd, h, hkv, f) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.n_ff);
     let group = h / hkv;
     let kv = hkv * hd;
@@ -634,8 +739,31 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         p.push(Instr::Rmsnorm { dd: DType::F16, ds: DType::F16, rows: n, dst: s.xn, src: s.x, g: s.gain, n: e as u32, eps });
     };
 
+    // Row t's position into `rd`: ARG1 + t, or the row's own (`sessions{n}`).
+    let position = |p: &mut Vec<Instr>, rd: Reg, t: usize| match rows {
+        PassRows::Sequence | PassRows::SessionSequence => p.push(Instr::Addi { rd, rs: POS, imm: t as u32 }),
+        PassRows::Sessions => p.push(Instr::Ldr { rd, spm: s.rows + 2 * t as u32 }),
+    };
+    // Row t's K/V rows: in a `sessions{n}` pass its slot's session table (`kv_index` = tables + slot x
+    // table lines); the other passes set theirs once (below).
+    let sl = lay.sessions;
+    let session_table = |p: &mut Vec<Instr>, t: usize| {
+        if let (PassRows::Sessions, Some(sl)) = (rows, sl) {
+            p.push(Instr::Ldr { rd: r(3), spm: s.rows + 2 * t as u32 + 1 });
+            p.push(Instr::Muli { rd: r(3), rs: r(3), imm: (sl.table_bytes / LINE_BYTES) as u32 });
+            p.push(Instr::Csrw { csr: Csr::KvIndex, rs: r(3), imm: line(sl.tables) });
+        }
+    };
+
     // Token ids -> embedding rows (FP16) -> the first sum of squares.
     p.push(Instr::Load { spm: s.ids, mem: line(lay.ids), bytes: n * 4, idx: r(0), stride: 0 });
+    if rows == PassRows::Sessions {
+        p.push(Instr::Load { spm: s.rows, mem: line(sl.expect("sessions pass").rows), bytes: n * 8, idx: r(0), stride: 0 });
+    }
+    if let (PassRows::SessionSequence, Some(sl)) = (rows, sl) {
+        p.push(Instr::Muli { rd: r(3), rs: SLOT, imm: (sl.table_bytes / LINE_BYTES) as u32 });
+        p.push(Instr::Csrw { csr: Csr::KvIndex, rs: r(3), imm: line(sl.tables) });
+    }
     for t in 0..b {
         p.push(Instr::Ldr { rd: r(1), spm: s.ids + t as u32 });
         p.push(Instr::Load { spm: s.x + words(t * x_row), mem: line(lay.embed_f16), bytes: (e * 2) as u32, idx: r(1), stride: (e * 2 / LINE_BYTES as usize) as u32 });
@@ -643,7 +771,7 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
     p.push(Instr::Vop { op: VecOp::Copy, dd: DType::F16, da: DType::F16, db: DType::F16, red: RedMode::Set, rows: n, dst: s.x, a: s.x, b: s.x, n: e as u32 });
     // the tokens' RoPE table rows, which every layer uses
     for t in 0..b {
-        p.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
+        position(&mut p, r(2), t);
         p.push(Instr::Load { spm: s.rope + words(t * rope_row), mem: line(lay.rope), bytes: rope_row as u32, idx: r(2), stride: (rope_row / LINE_BYTES as usize) as u32 });
     }
     p.push(Instr::Csrw { csr: Csr::HeadDim, rs: r(0), imm: hd as u32 });
@@ -706,7 +834,8 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
             blk.push(Instr::Rope { style: RopeStyle::Normal, heads: hkv as u32, head_dim: hd as u32, rows: n, dst: s.k, src: s.k, table: s.rope });
         }
         for t in 0..b {
-            blk.push(Instr::Addi { rd: r(2), rs: POS, imm: t as u32 });
+            position(&mut blk, r(2), t);
+            session_table(&mut blk, t);
             // a `kvappend` per `attn`'s KV heads (`attn_heads`)
             for kh in (0..hkv).step_by(attn_heads) {
                 let off = t * kv_row_spm + kh * hd * 2;
@@ -719,7 +848,15 @@ fn emit(cfg: &LlamaConfig, lay: &Layout, s: &SpmBufs, b: usize) -> Vec<Instr> {
         // the history buffer, so that the next layers serve every absent position the K/V of the latest layer
         // where its token executed (its output is then unused) ...
         for t in 0..b {
-            p.push(Instr::Addi { rd: r(1), rs: POS, imm: t as u32 + 1 });
+            // the length: the position + 1
+            match rows {
+                PassRows::Sequence | PassRows::SessionSequence => p.push(Instr::Addi { rd: r(1), rs: POS, imm: t as u32 + 1 }),
+                PassRows::Sessions => {
+                    position(&mut p, r(1), t);
+                    p.push(Instr::Addi { rd: r(1), rs: r(1), imm: 1 });
+                }
+            }
+            session_table(&mut p, t);
             for kh in (0..hkv).step_by(attn_heads) {
                 let off = t * x_row + kh * group * hd * 2;
                 let head = (kh * hd * 2) as u64;

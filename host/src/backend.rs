@@ -69,6 +69,67 @@ pub trait Backend {
     fn stats(&self) -> Option<serde_json::Value> {
         None
     }
+    /// The backend's sessions, where it holds several (a program compiled with `--max-sessions`).
+    fn as_slots(&mut self) -> Option<&mut dyn SessionSlots> {
+        None
+    }
+    fn as_slots_ref(&self) -> Option<&dyn SessionSlots> {
+        None
+    }
+}
+
+/// One row of a batched pass: the next token of the session in `slot`, at `position`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRow {
+    pub slot: usize,
+    pub position: usize,
+    pub token: u32,
+}
+
+/// Several sessions on one overlay: each in a slot with its own KV cache; their next tokens advance
+/// together, one weight stream per pass for all of them (docs/serving.md, "Batched decode").
+pub trait SessionSlots {
+    /// Sessions the backend holds at once.
+    fn slots(&self) -> usize;
+    /// Runs `tokens` of the session in `slot` at positions `start..` (a prompt, or the part of it not yet
+    /// run); the logits of the last token.
+    fn forward_slot(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// One step of several sessions (at most [`slots`](Self::slots) rows, one per session): the logits of each
+    /// row, each exactly what the session would get alone.
+    fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>>;
+    /// Device counters of every pass since the backend opened, where the backend counts them.
+    fn lifetime_counters(&self) -> Option<crate::loader::Counters>;
+}
+
+/// Any backend as [`SessionSlots`]: its own slots where it has several, else one slot over the sequence
+/// API (a prompt from position 0 resets it).
+pub struct Slots<'a>(pub &'a mut dyn Backend);
+
+impl SessionSlots for Slots<'_> {
+    fn slots(&self) -> usize {
+        self.0.as_slots_ref().map_or(1, |s| s.slots())
+    }
+    fn forward_slot(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+        if let Some(s) = self.0.as_slots() {
+            return s.forward_slot(slot, start, tokens);
+        }
+        anyhow::ensure!(slot == 0, "session slot {slot}: the backend holds one session");
+        if start == 0 {
+            self.0.reset();
+        }
+        anyhow::ensure!(start == self.0.position(), "the session is at position {}, not {start}", self.0.position());
+        Ok(self.0.forward(tokens, false)?.pop().expect("one row of logits"))
+    }
+    fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>> {
+        if let Some(s) = self.0.as_slots() {
+            return s.step_rows(rows);
+        }
+        anyhow::ensure!(rows.len() == 1, "the backend holds one session: a pass takes one row, got {}", rows.len());
+        Ok(vec![self.forward_slot(rows[0].slot, rows[0].position, &[rows[0].token])?])
+    }
+    fn lifetime_counters(&self) -> Option<crate::loader::Counters> {
+        self.0.as_slots_ref().and_then(|s| s.lifetime_counters())
+    }
 }
 
 /// Backend names `open` accepts.

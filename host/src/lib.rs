@@ -14,6 +14,7 @@
 //! - [`sim_backend`]: the `sim` backend: the model compiled and run on the functional simulator.
 //! - [`reference`]: the reference path: the model in f32 over candle tensors (CPU, or CUDA with `cuda`).
 //! - [`sampling`]: greedy and temperature / top-k / top-p sampling with a portable seeded generator.
+//! - [`serve`]: `opu serve`, an OpenAI-compatible HTTP API with several sessions batched on one overlay.
 //! - [`runtime`]: `Session`: generate (streaming) and teacher forcing, the same for every backend.
 //! - [`eval`]: a backend measured against another, teacher-forced.
 //! - [`sweep`]: `opu sweep-skip`, quality against bytes, cycles and KV saved per skip rate (table, PNG).
@@ -31,6 +32,7 @@ pub mod loader;
 pub mod reference;
 pub mod runtime;
 pub mod sampling;
+pub mod serve;
 pub mod sim_backend;
 pub mod sweep;
 pub mod tokenizer;

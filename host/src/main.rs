@@ -56,6 +56,36 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
     },
+    /// Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
+    /// /v1/models, /health, /metrics) until SIGTERM; up to --max-sessions requests decode together, one
+    /// weight stream per pass for all of them (docs/serving.md).
+    Serve {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Sessions decoded together (KV caches on the device; the sim, rtl and pcie backends). Other
+        /// backends serve one at a time.
+        #[arg(long, default_value_t = 8)]
+        max_sessions: usize,
+        /// KV cache size per session in positions: every session's cache is in device memory.
+        #[arg(long, default_value_t = 2048)]
+        max_context: usize,
+        /// Requests that may wait for a session; more are answered 503 with Retry-After.
+        #[arg(long, default_value_t = 64)]
+        max_queue: usize,
+        /// Seconds a request may take, waiting included; then 504 (or an error event in a stream).
+        #[arg(long, default_value_t = 600.0)]
+        request_timeout: f64,
+        /// Largest request body in bytes (413 above).
+        #[arg(long, default_value_t = 1 << 20)]
+        max_body_bytes: usize,
+        /// The model id clients send (default: the model file's name without `.gguf`).
+        #[arg(long)]
+        served_model_name: Option<String>,
+    },
     /// Generate text from a prompt, streaming it, then print the figures.
     Run {
         prompt: String,
@@ -197,6 +227,9 @@ enum Command {
         /// Per-token routers (safetensors, docs/skipping.md): decode passes skip blocks.
         #[arg(long)]
         routers: Option<PathBuf>,
+        /// KV caches for this many sessions, with the entries that advance them together (docs/serving.md).
+        #[arg(long, default_value_t = 1)]
+        max_sessions: usize,
         #[command(flatten)]
         skip: SkipArgs,
         #[command(flatten)]
@@ -667,6 +700,11 @@ fn open_rtl(config: &OverlayConfig, vcd: Option<&VcdArgs>) -> Result<opu_rtlsim:
 impl ModelArgs {
     /// Sets the thread count (before any compute starts) and opens the session.
     fn open(&self, quiet: bool, default_threads: Option<usize>) -> Result<Session> {
+        self.open_with(quiet, default_threads, opu_compiler::CompileOptions::default())
+    }
+
+    /// [`ModelArgs::open`] compiling with `base` (its routers and KV layout from the flags).
+    fn open_with(&self, quiet: bool, default_threads: Option<usize>, base: opu_compiler::CompileOptions) -> Result<Session> {
         if let Some(n) = self.threads.or(default_threads) {
             anyhow::ensure!(n > 0, "--threads must be at least 1");
             // candle and its rayon pool read this when they first start work.
@@ -688,7 +726,9 @@ impl ModelArgs {
         let session = if self.skip.skip.is_some_and(|r| r > 0.0) && calibrated.is_none() {
             Err(anyhow::anyhow!("backend `{}`: the reference path runs the dense float model and does not skip blocks; --skip runs on the sim and rtl backends", self.backend))
         } else {
-            self.kv.layout(routers.is_some()).and_then(|kv| Session::open_with_routers(&path, &self.backend, &config, routers, kv))
+            self.kv
+                .layout(routers.is_some())
+                .and_then(|kv_layout| Session::open_with_options(&path, &self.backend, &config, routers, opu_compiler::CompileOptions { kv_layout, ..base }))
         };
         spinner.finish_and_clear();
         let session = session?;
@@ -736,6 +776,39 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fetch { model, quiet } => {
             let path = cache::fetch(cache::known(&model)?, quiet)?;
             println!("{}", path.display());
+        }
+        Command::Serve { model, host, port, max_sessions, max_context, max_queue, request_timeout, max_body_bytes, served_model_name } => {
+            anyhow::ensure!(max_sessions >= 1, "--max-sessions must be at least 1");
+            anyhow::ensure!(max_queue >= 1, "--max-queue must be at least 1");
+            anyhow::ensure!(request_timeout.is_finite() && request_timeout > 0.0, "--request-timeout must be a number of seconds above 0");
+            let path = cache::resolve_model(model.model.as_deref(), false)?;
+            let g = opu_compiler::gguf::Gguf::open(&path)?;
+            let tokenizer = opu_host::tokenizer::Tokenizer::from_gguf(&g)?;
+            drop(g);
+            let model_id = served_model_name.unwrap_or_else(|| path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned()));
+            let batched = matches!(model.backend.as_str(), "sim" | "rtl" | "pcie");
+            let opts = opu_host::serve::ServeOptions {
+                host,
+                port,
+                model_id: model_id.clone(),
+                max_queue,
+                request_timeout: std::time::Duration::from_secs_f64(request_timeout),
+                body_limit: max_body_bytes,
+                retry_after: 1,
+            };
+            let backend = model.backend.clone();
+            let open: opu_host::serve::OpenSession = Box::new(move || {
+                let base = opu_compiler::CompileOptions {
+                    max_context: Some(max_context),
+                    max_sessions: if batched { max_sessions } else { 1 },
+                    ..Default::default()
+                };
+                model.open_with(false, None, base)
+            });
+            let on_ready = Box::new(move |addr: std::net::SocketAddr, context: usize, slots: usize| {
+                eprintln!("opu serve: `{model_id}` on the {backend} backend, {slots} session slot{}, context {context}: listening on http://{addr}", if slots == 1 { "" } else { "s" });
+            });
+            opu_host::serve::serve(opts, tokenizer, open, on_ready)?;
         }
         Command::Run { prompt, model, chat, system, max_tokens, temperature, top_k, top_p, seed, stop_tokens, json } => {
             let mut session = model.open(json, None)?;
@@ -1214,7 +1287,7 @@ fn run(cli: Cli) -> Result<()> {
             );
             eprint!("{}", opu_host::cnn::scaling_report(m));
         }
-        Command::Compile { model, config, max_context, trace_layers, routers, skip, kv, output, .. } => {
+        Command::Compile { model, config, max_context, trace_layers, routers, max_sessions, skip, kv, output, .. } => {
             let config = OverlayConfig::from_name_or_path(&config)?;
             let path = cache::resolve_model(Some(&model), false)?;
             let routers = skip.routers_file(&path, false)?.or(routers);
@@ -1228,7 +1301,7 @@ fn run(cli: Cli) -> Result<()> {
                 None => None,
             };
             let kv_layout = kv.layout(routers.is_some())?;
-            let compiled = opu_compiler::compile(&g, &config, &opu_compiler::CompileOptions { max_context, trace_layers, routers, kv_layout })?;
+            let compiled = opu_compiler::compile(&g, &config, &opu_compiler::CompileOptions { max_context, trace_layers, routers, kv_layout, max_sessions })?;
             compiled.container.write(&output)?;
             let m = &compiled.meta;
             eprintln!(

@@ -102,11 +102,22 @@ impl Session {
         routers: Option<&Path>,
         kv_layout: opu_compiler::KvLayout,
     ) -> Result<Self> {
+        Self::open_with_options(path, backend, config, routers, opu_compiler::CompileOptions { kv_layout, ..Default::default() })
+    }
+
+    /// Opens the GGUF model at `path` on backend `backend`, compiled for the overlay backends with `opts`
+    /// (and the routers in the safetensors file `routers`, if any): `max_context`, `max_sessions` ...
+    pub fn open_with_options(
+        path: &Path,
+        backend: &str,
+        config: &opu_hw::OverlayConfig,
+        routers: Option<&Path>,
+        mut opts: opu_compiler::CompileOptions,
+    ) -> Result<Self> {
         if !path.exists() {
             bail!("{}: no such model file", path.display());
         }
         let g = Gguf::open(path)?;
-        let mut opts = opu_compiler::CompileOptions { kv_layout, ..Default::default() };
         if let Some(file) = routers {
             let cfg = opu_compiler::llama::LlamaConfig::from_gguf(&g)?;
             opts.routers = Some(opu_compiler::routers::Routers::load(file, cfg.n_layer, cfg.n_embd)?);
@@ -134,6 +145,16 @@ impl Session {
     /// The backend's device counters since the last generation or teacher-forcing call, if it has any.
     pub fn backend_stats(&self) -> Option<serde_json::Value> {
         self.backend.stats()
+    }
+
+    /// The backend's sessions (several where the program was compiled with `max_sessions`, else one).
+    pub fn slots(&mut self) -> crate::backend::Slots<'_> {
+        crate::backend::Slots(self.backend.as_mut())
+    }
+
+    /// The context length of the backend in positions.
+    pub fn context_length(&self) -> usize {
+        self.backend.context_length()
     }
 
     /// Token ids that end generation when `GenerateParams::stop` is empty.

@@ -2,7 +2,7 @@
 //! golden model) or on the RTL of the overlay under Verilator (`opu_rtlsim::RtlSim`), through the `Device`
 //! trait like any card.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, SessionSlots, SlotRow};
 use crate::kv_rows::KvRows;
 use crate::loader::{self, Counters};
 use anyhow::{bail, Context, Result};
@@ -85,6 +85,8 @@ pub struct SimBackend {
     channel_base: Option<Vec<u64>>,
     /// Wall time a pass may take before the host gives up on the device.
     run_timeout: Duration,
+    /// Counters of every pass since the program was loaded (never reset: the server's totals).
+    lifetime: Counters,
 }
 
 impl SimBackend {
@@ -151,6 +153,7 @@ impl SimBackend {
             channel_base: dev.channel_bytes(),
             dev,
             run_timeout: RUN_TIMEOUT,
+            lifetime: Counters::default(),
         })
     }
 
@@ -170,34 +173,11 @@ impl SimBackend {
 
     /// Runs one pass of `tokens` (at most the entry's ntok) with entry `entry`.
     fn pass(&mut self, entry: usize, tokens: &[u32]) -> Result<()> {
-        let e = self.meta.entries[entry].clone();
-        let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-        self.dev.device().mem_write(self.meta.ids_addr, &ids)?;
         if let Some(rows) = &mut self.kv_rows {
             rows.before_pass(self.dev.device(), self.pos, tokens.len())?;
         }
-        // the RTL takes minutes per pass: a spinner with its cycles (hidden when stderr is not a terminal)
-        let bar = match &mut self.dev {
-            ProgramDevice::Rtl(d) => {
-                let bar = indicatif::ProgressBar::new_spinner();
-                let (b, what, start) = (bar.clone(), format!("rtl: `{}` at position {}", e.name, self.pos), std::time::Instant::now());
-                d.set_progress(Some(Box::new(move |cycles| {
-                    let rate = cycles as f64 / start.elapsed().as_secs_f64().max(1e-3);
-                    b.set_message(format!("{what}: {cycles} cycles ({rate:.0} cycles/s)"));
-                    b.tick();
-                })));
-                Some(bar)
-            }
-            ProgramDevice::Func(_) | ProgramDevice::Pcie(_) => None,
-        };
-        let run = loader::run(self.dev.device(), e.code_addr, e.instructions, &[tokens[0], self.pos as u32, tokens.len() as u32], self.run_timeout);
-        if let (Some(bar), ProgramDevice::Rtl(d)) = (bar, &mut self.dev) {
-            d.set_progress(None);
-            bar.finish_and_clear();
-        }
-        run.with_context(|| format!("running `{}` at position {}", e.name, self.pos))?;
-        let run = Counters::read(self.dev.device())?;
-        self.counters.add(&run);
+        let pos = self.pos;
+        let run = self.run_entry(entry, tokens, &[tokens[0], pos as u32, tokens.len() as u32], &format!("at position {pos}"))?;
         if entry == 0 {
             self.decode_counters.add(&run);
             self.decode_passes += 1;
@@ -222,6 +202,39 @@ impl SimBackend {
                 rows.after_single_pass(&attention_ran);
             }
         }
+        self.pos += tokens.len();
+        Ok(())
+    }
+
+    /// Runs entry `entry` on `tokens` (written to the ids region) with `args`; adds its counters to the
+    /// totals and returns them. `what` says where, for the error.
+    fn run_entry(&mut self, entry: usize, tokens: &[u32], args: &[u32], what: &str) -> Result<Counters> {
+        let e = self.meta.entries[entry].clone();
+        let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        self.dev.device().mem_write(self.meta.ids_addr, &ids)?;
+        // the RTL takes minutes per pass: a spinner with its cycles (hidden when stderr is not a terminal)
+        let bar = match &mut self.dev {
+            ProgramDevice::Rtl(d) => {
+                let bar = indicatif::ProgressBar::new_spinner();
+                let (b, what, start) = (bar.clone(), format!("rtl: `{}` {what}", e.name), std::time::Instant::now());
+                d.set_progress(Some(Box::new(move |cycles| {
+                    let rate = cycles as f64 / start.elapsed().as_secs_f64().max(1e-3);
+                    b.set_message(format!("{what}: {cycles} cycles ({rate:.0} cycles/s)"));
+                    b.tick();
+                })));
+                Some(bar)
+            }
+            ProgramDevice::Func(_) | ProgramDevice::Pcie(_) => None,
+        };
+        let run = loader::run(self.dev.device(), e.code_addr, e.instructions, args, self.run_timeout);
+        if let (Some(bar), ProgramDevice::Rtl(d)) = (bar, &mut self.dev) {
+            d.set_progress(None);
+            bar.finish_and_clear();
+        }
+        run.with_context(|| format!("running `{}` {what}", e.name))?;
+        let run = Counters::read(self.dev.device())?;
+        self.counters.add(&run);
+        self.lifetime.add(&run);
         if let ProgramDevice::Func(f) = &mut self.dev {
             let stats = f.stats();
             if entry == 0 {
@@ -237,10 +250,98 @@ impl SimBackend {
             }
         }
         self.passes += 1;
-        self.pos += tokens.len();
-        Ok(())
+        Ok(run)
     }
 
+    /// The `sessions{n}` and `prefill_slot` entries of a program compiled with several sessions.
+    fn sessions_meta(&self) -> Result<&opu_compiler::SessionsMeta> {
+        self.meta.sessions.as_ref().context("the program holds one session: compile it with --max-sessions N")
+    }
+
+    /// Checks rows of sessions before a pass: slot, position and token in range.
+    fn check_rows(&self, rows: &[SlotRow]) -> Result<()> {
+        let slots = self.slots();
+        for r in rows {
+            anyhow::ensure!(r.slot < slots, "session slot {} is outside the program's {slots} slots", r.slot);
+            anyhow::ensure!(r.position < self.meta.max_context, "position {} of slot {} is past the context length {}", r.position, r.slot, self.meta.max_context);
+            anyhow::ensure!((r.token as usize) < self.meta.vocab, "token id {} is outside the vocabulary of {}", r.token, self.meta.vocab);
+        }
+        Ok(())
+    }
+}
+
+impl SessionSlots for SimBackend {
+    fn slots(&self) -> usize {
+        self.meta.sessions.as_ref().map_or(1, |s| s.slots)
+    }
+
+    fn forward_slot(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+        if self.meta.sessions.is_none() {
+            // one session: the sequence API
+            anyhow::ensure!(slot == 0, "session slot {slot} is outside the program's 1 slot");
+            if start == 0 {
+                self.reset();
+            }
+            anyhow::ensure!(start == self.pos, "slot 0 is at position {}, not {start}", self.pos);
+            return Ok(self.forward(tokens, false)?.pop().expect("one row of logits"));
+        }
+        anyhow::ensure!(!tokens.is_empty(), "forward needs at least one token");
+        anyhow::ensure!(start + tokens.len() <= self.meta.max_context, "{} tokens at position {start} exceed the context length {}", tokens.len(), self.meta.max_context);
+        let rows: Vec<SlotRow> = tokens.iter().enumerate().map(|(i, &token)| SlotRow { slot, position: start + i, token }).collect();
+        self.check_rows(&rows)?;
+        let (batch, prefill_slot) = {
+            let s = self.sessions_meta()?;
+            (self.meta.entries[s.prefill_slot_entry].ntok, s.prefill_slot_entry)
+        };
+        // Full batches through `prefill_slot`, the rest as rows of the session's own `sessions{n}` passes
+        // (consecutive positions of one slot: each row's K/V is appended before the next row's attention).
+        let mut at = 0;
+        while tokens.len() - at >= batch && batch > 1 {
+            let now = &tokens[at..at + batch];
+            let pos = (start + at) as u32;
+            self.run_entry(prefill_slot, now, &[now[0], pos, batch as u32, slot as u32], &format!("for slot {slot} at position {pos}"))?;
+            at += batch;
+        }
+        if at == tokens.len() {
+            return self.read_logits(batch - 1);
+        }
+        let mut last = Vec::new();
+        for chunk in rows[at..].chunks(self.slots()) {
+            last = self.step_rows(chunk)?.pop().expect("one row of logits");
+        }
+        Ok(last)
+    }
+
+    fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>> {
+        if self.meta.sessions.is_none() {
+            // one session: its next token through `decode`
+            anyhow::ensure!(rows.len() == 1, "the program holds one session: a pass takes one row, got {}", rows.len());
+            return Ok(vec![self.forward_slot(rows[0].slot, rows[0].position, &[rows[0].token])?]);
+        }
+        let entry = {
+            let s = self.sessions_meta()?;
+            anyhow::ensure!((1..=s.slots).contains(&rows.len()), "a batched pass takes 1 to {} rows, got {}", s.slots, rows.len());
+            s.sessions_entry[rows.len() - 1]
+        };
+        self.check_rows(rows)?;
+        let mut table = Vec::with_capacity(rows.len() * 8);
+        for r in rows {
+            table.extend_from_slice(&(r.position as u32).to_le_bytes());
+            table.extend_from_slice(&(r.slot as u32).to_le_bytes());
+        }
+        let at = self.sessions_meta()?.rows_addr;
+        self.dev.device().mem_write(at, &table)?;
+        let tokens: Vec<u32> = rows.iter().map(|r| r.token).collect();
+        self.run_entry(entry, &tokens, &[tokens[0], 0, tokens.len() as u32], &format!("of {} sessions", rows.len()))?;
+        (0..rows.len()).map(|t| self.read_logits(t)).collect()
+    }
+
+    fn lifetime_counters(&self) -> Option<Counters> {
+        Some(self.lifetime)
+    }
+}
+
+impl SimBackend {
     /// Runs one token through the `decode` entry (whatever the batch size) and returns its logits.
     pub fn forward_single(&mut self, token: u32) -> Result<Vec<f32>> {
         self.check_input(&[token])?;
@@ -386,6 +487,13 @@ impl Backend for SimBackend {
             rest = later;
         }
         Ok(out)
+    }
+
+    fn as_slots(&mut self) -> Option<&mut dyn SessionSlots> {
+        Some(self)
+    }
+    fn as_slots_ref(&self) -> Option<&dyn SessionSlots> {
+        Some(self)
     }
 
     fn stats(&self) -> Option<serde_json::Value> {

@@ -184,6 +184,17 @@ impl Tokenizer {
     /// Renders the GGUF's chat template for one user message (system prompt: the template's default, or
     /// `system` if given), with the generation prompt appended.
     pub fn chat_prompt(&self, user: &str, system: Option<&str>) -> Result<String, TokenizerError> {
+        let mut messages = Vec::new();
+        if let Some(system) = system {
+            messages.push(("system", system));
+        }
+        messages.push(("user", user));
+        self.render_chat(&messages)
+    }
+
+    /// Renders the GGUF's chat template for a conversation of `(role, content)` messages (the template's
+    /// default system prompt where it has one and none is given), with the generation prompt appended.
+    pub fn render_chat(&self, conversation: &[(&str, &str)]) -> Result<String, TokenizerError> {
         use minijinja::{context, Environment, Error, ErrorKind};
         let source = self.chat_template.as_deref().ok_or_else(|| TokenizerError::NoChatTemplate { path: self.path.clone() })?;
         let template_err = |e: Error| TokenizerError::Template { path: self.path.clone(), what: format!("{e:#}") };
@@ -196,11 +207,7 @@ impl Tokenizer {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         let template = env.template_from_str(source).map_err(template_err)?;
-        let mut messages = Vec::new();
-        if let Some(system) = system {
-            messages.push(context! { role => "system", content => system });
-        }
-        messages.push(context! { role => "user", content => user });
+        let messages: Vec<_> = conversation.iter().map(|&(role, content)| context! { role => role, content => content }).collect();
         let special = |id: Option<u32>| id.and_then(|id| self.tokens.get(id as usize)).map_or("", String::as_str);
         template
             .render(context! {

@@ -1,0 +1,112 @@
+//! Batched decode (docs/serving.md, "Batched decode"): several sessions in one program, each at its own
+//! position, advanced together by the `sessions{n}` passes, get bit for bit the logits a one-session
+//! program's `decode` gives each of them alone.
+
+use opu_host::backend::{SessionSlots, SlotRow};
+use opu_host::Session;
+use std::path::PathBuf;
+
+fn model() -> Option<PathBuf> {
+    match std::env::var("OPU_MODEL_GGUF") {
+        Ok(p) => Some(PathBuf::from(p)),
+        Err(_) => {
+            eprintln!("SKIPPED: set OPU_MODEL_GGUF to a llama GGUF (the README's test command does)");
+            None
+        }
+    }
+}
+
+fn open(path: &PathBuf, max_sessions: usize) -> Session {
+    let opts = opu_compiler::CompileOptions { max_context: Some(96), max_sessions, ..Default::default() };
+    Session::open_with_options(path, "sim", &opu_hw::OverlayConfig::sim(), None, opts).unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn every_session_of_a_batch_gets_its_solo_logits() {
+    let Some(path) = model() else { return };
+    let mut solo = open(&path, 1);
+    // three sessions whose prompts differ in length (a full prefill batch of 16 and a remainder, or a
+    // remainder only), so that they decode at different positions
+    let prompts: Vec<Vec<u32>> = [
+        "The capital of France is Paris, and the capital of Germany is Berlin. The capital of Spain is",
+        "Once upon a time",
+        "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    ]
+    .iter()
+    .map(|p| solo.tokenizer.encode(p).unwrap())
+    .collect();
+    assert!(prompts[0].len() > 16 && prompts[1].len() < 16, "{:?}", prompts.iter().map(Vec::len).collect::<Vec<_>>());
+    // the tokens fed after each prompt (teacher-forced, the same for both runs)
+    let fed: Vec<Vec<u32>> = (0..3).map(|s| (0..5).map(|i| 100 + 37 * s as u32 + 11 * i).collect()).collect();
+
+    // Alone: each session on a one-session program (`prefill` and `decode`, as `opu run`).
+    let mut expect: Vec<Vec<Vec<u32>>> = Vec::new();
+    for (p, f) in prompts.iter().zip(&fed) {
+        let mut slots = solo.slots();
+        let mut rows = vec![bits(&slots.forward_slot(0, 0, p).unwrap())];
+        for (i, &t) in f.iter().enumerate() {
+            rows.push(bits(&slots.step_rows(&[SlotRow { slot: 0, position: p.len() + i, token: t }]).unwrap()[0]));
+        }
+        expect.push(rows);
+    }
+
+    // Together: four slots, sessions in slots 3, 0 and 1 (slot 2 idle), prompts by `prefill_slot` and
+    // `sessions{n}` rows, then steps of all three, of two in another order, and of one.
+    let mut batched = open(&path, 4);
+    let mut slots = batched.slots();
+    assert_eq!(slots.slots(), 4);
+    let slot_of = [3usize, 0, 1];
+    for (s, p) in prompts.iter().enumerate() {
+        let logits = slots.forward_slot(slot_of[s], 0, p).unwrap();
+        assert_eq!(bits(&logits), expect[s][0], "session {s}'s prompt logits");
+    }
+    let mut step = [0usize; 3];
+    let mut advance = |slots: &mut opu_host::backend::Slots, who: &[usize]| {
+        let rows: Vec<SlotRow> = who.iter().map(|&s| SlotRow { slot: slot_of[s], position: prompts[s].len() + step[s], token: fed[s][step[s]] }).collect();
+        let out = slots.step_rows(&rows).unwrap();
+        assert_eq!(out.len(), who.len());
+        for (&s, logits) in who.iter().zip(&out) {
+            step[s] += 1;
+            assert_eq!(bits(logits), expect[s][step[s]], "session {s} (slot {}) at step {} of a pass of {who:?}", slot_of[s], step[s]);
+        }
+    };
+    advance(&mut slots, &[0, 1, 2]);
+    advance(&mut slots, &[2, 0]);
+    advance(&mut slots, &[1]);
+    advance(&mut slots, &[0, 1, 2]);
+    advance(&mut slots, &[1, 2, 0]);
+    advance(&mut slots, &[2, 1, 0]);
+    drop(advance);
+    assert_eq!(step, [5, 5, 5]);
+    // a batched pass moves the weights once: far fewer bytes than one pass per session
+    let c = slots.lifetime_counters().unwrap();
+    assert!(c.bytes_read > 0);
+}
+
+#[test]
+fn bad_rows_are_refused() {
+    let Some(path) = model() else { return };
+    let mut s = open(&path, 2);
+    let mut slots = s.slots();
+    let e = slots.step_rows(&[SlotRow { slot: 2, position: 0, token: 1 }]).unwrap_err().to_string();
+    assert!(e.contains("slot 2 is outside the program's 2 slots"), "{e}");
+    let e = slots.step_rows(&[SlotRow { slot: 0, position: 96, token: 1 }]).unwrap_err().to_string();
+    assert!(e.contains("past the context length 96"), "{e}");
+    let e = slots.step_rows(&[SlotRow { slot: 0, position: 0, token: 1 << 20 }]).unwrap_err().to_string();
+    assert!(e.contains("outside the vocabulary"), "{e}");
+    let rows = [SlotRow { slot: 0, position: 0, token: 1 }; 3];
+    let e = slots.step_rows(&rows).unwrap_err().to_string();
+    assert!(e.contains("1 to 2 rows, got 3"), "{e}");
+    // routers and the indexed layout decide per one-token pass: refused with several sessions
+    let g = opu_compiler::gguf::Gguf::open(&path).unwrap();
+    let opts = opu_compiler::CompileOptions { max_sessions: 2, kv_layout: opu_compiler::KvLayout::Indexed { pool_rows: None }, max_context: Some(64), ..Default::default() };
+    let e = opu_compiler::compile(&g, &opu_hw::OverlayConfig::sim(), &opts).err().unwrap().to_string();
+    assert!(e.contains("--max-sessions 2 needs the dense program"), "{e}");
+    let opts = opu_compiler::CompileOptions { max_sessions: 17, max_context: Some(64), ..Default::default() };
+    let e = opu_compiler::compile(&g, &opu_hw::OverlayConfig::sim(), &opts).err().unwrap().to_string();
+    assert!(e.contains("--max-sessions 17: a pass of the overlay takes at most 16 rows"), "{e}");
+}
