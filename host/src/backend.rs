@@ -99,7 +99,14 @@ pub trait SessionSlots {
     fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>>;
     /// Device counters of every pass since the backend opened, where the backend counts them.
     fn lifetime_counters(&self) -> Option<crate::loader::Counters>;
+    /// Prompt tokens one prefill pass takes (a scheduler runs long prompts in chunks of this many).
+    fn prompt_chunk(&self) -> usize {
+        PROMPT_CHUNK
+    }
 }
+
+/// Prompt tokens per chunk on backends without a fixed pass size.
+pub const PROMPT_CHUNK: usize = 64;
 
 /// Any backend as [`SessionSlots`]: its own slots where it has several, else one slot over the sequence
 /// API (a prompt from position 0 resets it).
@@ -129,6 +136,9 @@ impl SessionSlots for Slots<'_> {
     }
     fn lifetime_counters(&self) -> Option<crate::loader::Counters> {
         self.0.as_slots_ref().and_then(|s| s.lifetime_counters())
+    }
+    fn prompt_chunk(&self) -> usize {
+        self.0.as_slots_ref().map_or(PROMPT_CHUNK, |s| s.prompt_chunk())
     }
 }
 

@@ -339,6 +339,10 @@ impl SessionSlots for SimBackend {
     fn lifetime_counters(&self) -> Option<Counters> {
         Some(self.lifetime)
     }
+
+    fn prompt_chunk(&self) -> usize {
+        self.meta.entries[1].ntok
+    }
 }
 
 impl SimBackend {

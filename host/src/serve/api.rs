@@ -60,6 +60,11 @@ impl IntoResponse for ApiError {
         if let Some(s) = self.retry_after {
             r.headers_mut().insert(axum::http::header::RETRY_AFTER, s.into());
         }
+        // a timed-out or failed request is not worth running again: OpenAI's clients retry 5xx answers
+        // unless told not to
+        if self.status.is_server_error() && self.retry_after.is_none() {
+            r.headers_mut().insert("x-should-retry", axum::http::HeaderValue::from_static("false"));
+        }
         r
     }
 }
@@ -230,7 +235,27 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8], served_model: &str) -> Res
         Some(Value::Object(o)) => Fields(o).boolean("include_usage").map_err(|e| ApiError { param: Some("stream_options.include_usage".into()), ..e })?.unwrap_or(false),
         Some(v) => return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, got {}", type_name(v)))),
     };
-    // what this server does not do is refused, not ignored
+    // what this server does not do is refused, not ignored (fields it does not know are ignored, as
+    // OpenAI-compatible servers do)
+    for name in ["tools", "functions", "logit_bias"] {
+        let empty = match f.get(name) {
+            None => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            Some(_) => false,
+        };
+        if !empty {
+            return Err(ApiError::invalid(name, format!("`{name}` is not supported")));
+        }
+    }
+    if let Some(rf) = f.get("response_format") {
+        if rf.get("type").and_then(Value::as_str) != Some("text") {
+            return Err(ApiError::invalid("response_format", "`response_format`: only {\"type\": \"text\"} is supported"));
+        }
+    }
+    if f.string("suffix")?.is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid("suffix", "`suffix` is not supported"));
+    }
     for (name, off) in [("presence_penalty", 0.0), ("frequency_penalty", 0.0)] {
         if let Some(x) = f.number(name)? {
             if x != off {

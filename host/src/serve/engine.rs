@@ -62,6 +62,9 @@ pub enum Refused {
 struct QueueState {
     jobs: VecDeque<Job>,
     draining: bool,
+    /// Slots the scheduler has free: that many queued jobs are not waiting for a slot, only for the
+    /// scheduler to finish its pass.
+    free_slots: usize,
 }
 
 /// The bounded queue of requests waiting for a slot.
@@ -73,7 +76,7 @@ pub struct Queue {
 
 impl Queue {
     pub fn new(capacity: usize) -> Self {
-        Queue { state: Mutex::new(QueueState { jobs: VecDeque::new(), draining: false }), wake: Condvar::new(), capacity }
+        Queue { state: Mutex::new(QueueState { jobs: VecDeque::new(), draining: false, free_slots: 0 }), wake: Condvar::new(), capacity }
     }
 
     /// Queues `job`, or says why not (never waits).
@@ -82,7 +85,7 @@ impl Queue {
         if s.draining {
             return Err(Refused::Draining);
         }
-        if s.jobs.len() >= self.capacity {
+        if s.jobs.len() >= self.capacity + s.free_slots {
             return Err(Refused::Full);
         }
         s.jobs.push_back(job);
@@ -90,8 +93,10 @@ impl Queue {
         Ok(())
     }
 
+    /// Requests waiting for a slot (not those that free slots will take at the scheduler's next turn).
     pub fn len(&self) -> usize {
-        self.state.lock().expect("queue lock").jobs.len()
+        let s = self.state.lock().expect("queue lock");
+        s.jobs.len().saturating_sub(s.free_slots)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -129,6 +134,8 @@ pub struct EngineContext {
     pub end_tokens: Vec<u32>,
     /// Whether the backend's cycles are the functional simulator's estimate.
     pub cycles_are_estimates: bool,
+    /// Seconds a 503 asks the client to wait.
+    pub retry_after: u64,
 }
 
 /// Runs the scheduler until the queue drains (shutdown) and the last session ends.
@@ -138,6 +145,8 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
     cx.metrics.slots.set(n_slots as i64);
     let mut active: Vec<Option<Active>> = (0..n_slots).map(|_| None).collect();
     let mut last_counters = slots.lifetime_counters();
+    // prompt tokens per turn: one pass of the backend's prefill entry
+    let chunk = slots.prompt_chunk().max(1);
     let mut recent: VecDeque<(Instant, usize)> = VecDeque::new();
     loop {
         // Refusals and admissions, under the queue's lock.
@@ -151,7 +160,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
                     cx.metrics.aborted.with_label_values(&["client_gone"]).inc();
                 } else if draining {
                     cx.metrics.aborted.with_label_values(&["shutdown"]).inc();
-                    let _ = job.events.send(Event::Failed(ApiError::unavailable("the server is shutting down", 5)));
+                    let _ = job.events.send(Event::Failed(ApiError::unavailable("the server is shutting down", cx.retry_after)));
                 } else if now >= job.deadline {
                     cx.metrics.aborted.with_label_values(&["timeout"]).inc();
                     let _ = job.events.send(Event::Failed(timeout_error(job.arrived)));
@@ -163,17 +172,22 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
             let free = active.iter().filter(|a| a.is_none()).count();
             let take = free.min(q.jobs.len());
             let admitted: Vec<Job> = q.jobs.drain(..take).collect();
+            // (the slots they take are no longer free; those that finish this turn free theirs after it)
+            q.free_slots = free - take;
             cx.metrics.queue_length.set(q.jobs.len() as i64);
+            cx.metrics.active_sessions.set((n_slots - q.free_slots) as i64);
             if admitted.is_empty() && active.iter().all(Option::is_none) {
                 if q.draining {
                     return;
                 }
+                // idle: no tokens in the last seconds
+                cx.metrics.tokens_per_second.set(tokens_per_second(&mut recent, Instant::now()));
                 let _unused = cx.wake_wait(q);
                 continue;
             }
             admitted
         };
-        // Each admitted request's prompt, in its own passes.
+        // Admitted requests take their slots; their prompts run below.
         for job in admitted {
             let slot = active.iter().position(Option::is_none).expect("a free slot per admitted job");
             if job.events.send(Event::Started).is_err() {
@@ -181,27 +195,43 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
                 continue;
             }
             cx.metrics.prompt_tokens.inc_by(job.prompt_ids.len() as u64);
-            let result = slots.forward_slot(slot, 0, &job.prompt_ids);
-            cx.metrics.passes.with_label_values(&["prefill"]).inc();
+            active[slot] = Some(Active {
+                slot,
+                position: 0,
+                next: 0,
+                generated: 0,
+                sampler: Sampler::new(job.sampling.clone()),
+                decoder: tok.stream_decoder(),
+                stops: StopStrings::new(job.stop_strings.clone()),
+                last_token: Instant::now(),
+                job,
+            });
+        }
+        // One chunk of each unfinished prompt (a prefill batch, or the rest), in the session's own passes
+        // between the decode passes: a long prompt delays the others' next tokens by a chunk per turn, and
+        // its own cancellation or timeout is seen after each chunk. The last chunk's logits give the
+        // session's first token.
+        for a in active.iter_mut() {
+            let Some(s) = a.as_mut() else { continue };
+            let len = s.job.prompt_ids.len();
+            if s.position >= len {
+                continue;
+            }
+            let end = if len - s.position > chunk { s.position + chunk } else { len };
+            let result = slots.forward_slot(s.slot, s.position, &s.job.prompt_ids[s.position..end]);
+            cx.metrics.passes.with_label_values(&["prompt"]).inc();
             cx.device_counters(slots, &mut last_counters);
             match result {
                 Ok(logits) => {
-                    let mut a = Active {
-                        slot,
-                        position: job.prompt_ids.len(),
-                        next: 0,
-                        generated: 0,
-                        sampler: Sampler::new(job.sampling.clone()),
-                        decoder: tok.stream_decoder(),
-                        stops: StopStrings::new(job.stop_strings.clone()),
-                        last_token: Instant::now(),
-                        job,
-                    };
-                    if cx.take_token(&mut a, &logits, context_length, &mut recent) {
-                        active[slot] = Some(a);
+                    s.position = end;
+                    if end == len && !cx.take_token(s, &logits, context_length, &mut recent) {
+                        *a = None;
                     }
                 }
-                Err(e) => cx.fail(&job, StatusCode::INTERNAL_SERVER_ERROR, format!("the prompt's pass failed: {}", crate::error_report(&e))),
+                Err(e) => {
+                    cx.fail(&s.job, StatusCode::INTERNAL_SERVER_ERROR, format!("the prompt's pass failed: {}", crate::error_report(&e)));
+                    *a = None;
+                }
             }
         }
         // Sessions whose client is gone or whose time is up leave before the pass.
@@ -218,8 +248,15 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
             }
         }
         // One decode pass for every session.
-        let rows: Vec<SlotRow> = active.iter().flatten().map(|a| SlotRow { slot: a.slot, position: a.position, token: a.next }).collect();
+        // (sessions whose prompt has run: their last token is fed at `position`)
+        let rows: Vec<SlotRow> = active
+            .iter()
+            .flatten()
+            .filter(|a| a.generated > 0)
+            .map(|a| SlotRow { slot: a.slot, position: a.position, token: a.next })
+            .collect();
         if rows.is_empty() {
+            cx.finish_turn(&active);
             continue;
         }
         let result = slots.step_rows(&rows);
@@ -245,8 +282,17 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
                 }
             }
         }
-        cx.metrics.active_sessions.set(active.iter().flatten().count() as i64);
+        cx.finish_turn(&active);
     }
+}
+
+/// Generated tokens per second over the last 5 seconds (`recent`: when each token came).
+fn tokens_per_second(recent: &mut VecDeque<(Instant, usize)>, now: Instant) -> f64 {
+    while recent.front().is_some_and(|(t, _)| now.duration_since(*t) > Duration::from_secs(5)) {
+        recent.pop_front();
+    }
+    let window = recent.front().map_or(0.0, |(t, _)| now.duration_since(*t).as_secs_f64()).max(1.0);
+    recent.iter().map(|(_, n)| *n).sum::<usize>() as f64 / window
 }
 
 fn timeout_error(arrived: Instant) -> ApiError {
@@ -254,6 +300,13 @@ fn timeout_error(arrived: Instant) -> ApiError {
 }
 
 impl EngineContext {
+    /// After a turn: the sessions in slots, and the free slots the queue may count on.
+    fn finish_turn(&self, active: &[Option<Active>]) {
+        let busy = active.iter().flatten().count();
+        self.metrics.active_sessions.set(busy as i64);
+        self.queue.state.lock().expect("queue lock").free_slots = active.len() - busy;
+    }
+
     /// Waits for work (or a shutdown) with the queue's lock given back meanwhile.
     fn wake_wait<'a>(&self, q: std::sync::MutexGuard<'a, QueueState>) -> std::sync::MutexGuard<'a, QueueState> {
         self.queue.wake.wait_timeout(q, Duration::from_millis(200)).expect("queue lock").0
@@ -291,11 +344,7 @@ impl EngineContext {
         }
         a.last_token = now;
         recent.push_back((now, 1));
-        while recent.front().is_some_and(|(t, _)| now.duration_since(*t) > Duration::from_secs(5)) {
-            recent.pop_front();
-        }
-        let window = recent.front().map_or(0.0, |(t, _)| now.duration_since(*t).as_secs_f64()).max(1.0);
-        m.tokens_per_second.set(recent.iter().map(|(_, n)| *n).sum::<usize>() as f64 / window);
+        m.tokens_per_second.set(tokens_per_second(recent, now));
 
         // a stop token ends the text and is not part of it
         let mut finish = None;

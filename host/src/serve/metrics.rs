@@ -70,7 +70,7 @@ impl Metrics {
             active_sessions: gauge("opu_active_sessions", "Sessions in a slot (prefill or decode)"),
             slots: gauge("opu_session_slots", "Sessions the program holds at once (--max-sessions)"),
             batch_size: histogram("opu_batch_size", "Sessions advanced per decode pass", (1..=64).map(f64::from).collect()),
-            passes: counter_vec("opu_passes_total", "Device passes, by kind (prefill: a prompt; decode: a step of the sessions)", &["kind"]),
+            passes: counter_vec("opu_passes_total", "Scheduler steps, by kind (prompt: a prompt run, one or more device passes; decode: one device pass advancing every session)", &["kind"]),
             tokens_per_second,
             time_to_first_token: histogram("opu_time_to_first_token_seconds", "From the request's arrival to its first token", buckets(0.01, 2.0, 16)),
             inter_token_latency: histogram("opu_inter_token_latency_seconds", "Between consecutive tokens of a request", buckets(0.001, 2.0, 16)),

@@ -115,6 +115,7 @@ async fn serve_async(opts: ServeOptions, tokenizer: Tokenizer, open: OpenSession
                 tokenizer: st.tokenizer.clone(),
                 end_tokens: session.end_tokens().to_vec(),
                 cycles_are_estimates,
+                retry_after: st.opts.retry_after,
             };
             let context = session.context_length();
             let mut slots = session.slots();
@@ -159,6 +160,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
         .fallback(|| async { ApiError::server(StatusCode::NOT_FOUND, "invalid_request_error", "no such endpoint (see docs/serving.md)") })
+        .method_not_allowed_fallback(|| async { ApiError::server(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "this endpoint does not take that method (see docs/serving.md)") })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
