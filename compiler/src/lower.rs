@@ -563,7 +563,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         let spm = spm_buffers(&cfg, config, ntok, rows == PassRows::Sessions)
             .ok_or_else(|| fits(format!("the scratchpad of {} bytes cannot hold a pass of {ntok} tokens", config.scratchpad_bytes)))?;
         let program = emit(&cfg, &layout, &spm, ntok, rows);
-        entries.push(Entry { name: name.into(), ntok, code_addr: next_code, instructions: program.len() });
+        entries.push(Entry { name, ntok, code_addr: next_code, instructions: program.len() });
         next_code += line_up((program.len() * opu_hw::isa::INSTR_BYTES) as u64);
         programs.push(program);
     }

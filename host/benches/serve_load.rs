@@ -451,11 +451,11 @@ struct Spec {
 
 fn spec(k: usize) -> Spec {
     Spec {
-        stream: k % 2 == 0,
-        chat: (k / 2) % 2 == 0,
+        stream: k.is_multiple_of(2),
+        chat: (k / 2).is_multiple_of(2),
         max_tokens: 16 + ((k * 13) % 33) as u64,
-        seed: (k % 3 == 0).then_some(1000 + k as u64),
-        prompt: if (k / 2) % 2 == 0 { B_CHAT[(k / 4) % B_CHAT.len()] } else { B_TEXT[(k / 4) % B_TEXT.len()] },
+        seed: (k.is_multiple_of(3)).then_some(1000 + k as u64),
+        prompt: if (k / 2).is_multiple_of(2) { B_CHAT[(k / 4) % B_CHAT.len()] } else { B_TEXT[(k / 4) % B_TEXT.len()] },
     }
 }
 

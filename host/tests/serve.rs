@@ -125,7 +125,8 @@ async fn bad_requests_get_400_with_a_json_error() {
     let user = json!([{"role": "user", "content": "hi"}]);
     let long_prompt = "word ".repeat(300);
     // (endpoint, raw body, status, param, code)
-    let cases: Vec<(&str, String, u16, Option<&str>, Option<&str>)> = vec![
+    type Case<'a> = (&'a str, String, u16, Option<&'a str>, Option<&'a str>);
+    let cases: Vec<Case> = vec![
         ("/v1/chat/completions", "{not json".into(), 400, None, None),
         ("/v1/chat/completions", "[1, 2]".into(), 400, None, None),
         ("/v1/chat/completions", json!({"model": m}).to_string(), 400, Some("messages"), None),

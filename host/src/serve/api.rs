@@ -384,7 +384,8 @@ pub fn usage(prompt_tokens: usize, completion_tokens: usize) -> Value {
 }
 
 /// The response of a whole (non-streamed) completion.
-pub fn completion_response(endpoint: Endpoint, id: &str, created: u64, model: &str, text: &str, finish: FinishReason, prompt_tokens: usize, completion_tokens: usize) -> Value {
+/// `usage`: (prompt tokens, completion tokens).
+pub fn completion_response(endpoint: Endpoint, id: &str, created: u64, model: &str, text: &str, finish: FinishReason, (prompt_tokens, completion_tokens): (usize, usize)) -> Value {
     let choice = match endpoint {
         Endpoint::Chat => json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish.as_str()}),
         Endpoint::Completions => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish.as_str()}),

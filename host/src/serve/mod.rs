@@ -324,7 +324,7 @@ async fn start(st: &Arc<AppState>, endpoint: Endpoint, body: Result<Bytes, Bytes
                 Some(Event::Text(t)) => text += &t,
                 Some(Event::Done { finish, prompt_tokens, completion_tokens }) => {
                     drop(guard);
-                    let body = api::completion_response(endpoint, &id, created, &model, &text, finish, prompt_tokens, completion_tokens);
+                    let body = api::completion_response(endpoint, &id, created, &model, &text, finish, (prompt_tokens, completion_tokens));
                     return Ok(Json(body).into_response());
                 }
                 Some(Event::Failed(e)) => return Err(e),
