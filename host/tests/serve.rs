@@ -175,6 +175,8 @@ async fn greedy_text_equals_opu_run_alone_and_batched() {
     let prompts = ["The capital of France is", "Once upon a time, there was a", "def add(a, b):"];
     let (chat_text, chat_tokens) = opu_run(&path, chat_q, true, 24);
     let solo: Vec<(String, u64)> = prompts.iter().map(|p| opu_run(&path, p, false, 16)).collect();
+    let short = "Hello world";
+    let short_solo = opu_run(&path, short, false, 16).0;
 
     let s = Server::start(&path, &["--max-sessions", "4", "--max-context", "256"]).await;
     let m = s.model.clone();
@@ -226,6 +228,22 @@ async fn greedy_text_equals_opu_run_alone_and_batched() {
     }
     let models: Value = reqwest::get(s.url("/v1/models")).await.unwrap().json().await.unwrap();
     assert_eq!(models["data"][0]["id"], m.as_str());
+
+    // a short prompt arriving while another session decodes rides in its decode passes (no pass of its own)
+    // and still gets its solo text
+    let mut running = s.post("/v1/chat/completions", &json!({"model": m, "messages": [{"role": "user", "content": chat_q}], "max_tokens": 24, "temperature": 0, "stream": true})).await;
+    assert!(running.chunk().await.unwrap().is_some());
+    let own_passes = s.metric("opu_passes_total").await - s.metric("opu_batch_size_count").await;
+    // (two tokens: with the running session's row, three of the pass's four)
+    let v: Value = s.post("/v1/completions", &complete(short, false)).await.json().await.unwrap();
+    assert_eq!(v["usage"]["prompt_tokens"], 2, "{v}");
+    assert_eq!(v["choices"][0]["text"].as_str().unwrap(), short_solo, "{v}");
+    assert_eq!(s.metric("opu_passes_total").await - s.metric("opu_batch_size_count").await, own_passes, "the prompt ran passes of its own");
+    let mut rest = Vec::new();
+    while let Some(c) = running.chunk().await.unwrap() {
+        rest.extend_from_slice(&c);
+    }
+    assert!(String::from_utf8(rest).unwrap().ends_with("data: [DONE]\n\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

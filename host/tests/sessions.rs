@@ -41,7 +41,7 @@ fn every_session_of_a_batch_gets_its_solo_logits() {
     .collect();
     assert!(prompts[0].len() > 16 && prompts[1].len() < 16, "{:?}", prompts.iter().map(Vec::len).collect::<Vec<_>>());
     // the tokens fed after each prompt (teacher-forced, the same for both runs)
-    let fed: Vec<Vec<u32>> = (0..3).map(|s| (0..5).map(|i| 100 + 37 * s as u32 + 11 * i).collect()).collect();
+    let fed: Vec<Vec<u32>> = (0..3).map(|s| (0..6).map(|i| 100 + 37 * s as u32 + 11 * i).collect()).collect();
 
     // Alone: each session on a one-session program (`prefill` and `decode`, as `opu run`).
     let mut expect: Vec<Vec<Vec<u32>>> = Vec::new();
@@ -54,17 +54,26 @@ fn every_session_of_a_batch_gets_its_solo_logits() {
         expect.push(rows);
     }
 
-    // Together: four slots, sessions in slots 3, 0 and 1 (slot 2 idle), prompts by `prefill_slot` and
-    // `sessions{n}` rows, then steps of all three, of two in another order, and of one.
-    let mut batched = open(&path, 4);
+    // Together: eight slots, sessions in slots 3, 0 and 1 (the others idle). Sessions 0 and 2's prompts by
+    // `prefill_slot` and `sessions{n}` rows of their own; then one pass of their first steps with all of
+    // session 1's prompt as further rows (a prompt sharing a decode pass); then steps of all three, of two
+    // in another order, and of one.
+    let mut batched = open(&path, 8);
     let mut slots = batched.slots();
-    assert_eq!(slots.slots(), 4);
+    assert_eq!(slots.slots(), 8);
     let slot_of = [3usize, 0, 1];
-    for (s, p) in prompts.iter().enumerate() {
-        let logits = slots.forward_slot(slot_of[s], 0, p).unwrap();
+    for s in [0, 2] {
+        let logits = slots.forward_slot(slot_of[s], 0, &prompts[s]).unwrap();
         assert_eq!(bits(&logits), expect[s][0], "session {s}'s prompt logits");
     }
-    let mut step = [0usize; 3];
+    let mut rows: Vec<SlotRow> = [0, 2].iter().map(|&s| SlotRow { slot: slot_of[s], position: prompts[s].len(), token: fed[s][0] }).collect();
+    rows.extend(prompts[1].iter().enumerate().map(|(i, &token)| SlotRow { slot: slot_of[1], position: i, token }));
+    assert!(rows.len() <= 8, "{}", rows.len());
+    let out = slots.step_rows(&rows).unwrap();
+    assert_eq!(bits(&out[0]), expect[0][1], "session 0's first step beside a prompt");
+    assert_eq!(bits(&out[1]), expect[2][1], "session 2's first step beside a prompt");
+    assert_eq!(bits(out.last().unwrap()), expect[1][0], "session 1's prompt in a decode pass");
+    let mut step = [1usize, 0, 1];
     // device bytes each pass moved
     let mut moved = Vec::new();
     for who in [&[0usize, 1, 2][..], &[2, 0], &[1], &[0, 1, 2], &[1, 2, 0], &[2, 1, 0]] {
@@ -79,7 +88,7 @@ fn every_session_of_a_batch_gets_its_solo_logits() {
         let after = slots.lifetime_counters().unwrap();
         moved.push((after.bytes_read + after.bytes_written) - (before.bytes_read + before.bytes_written));
     }
-    assert_eq!(step, [5, 5, 5]);
+    assert_eq!(step, [6, 5, 6]);
     // the weights are streamed once per pass, whatever its rows: a pass of three sessions moves barely more
     // than a pass of one (their K/V and logits)
     assert!(moved[3] < moved[2] + moved[2] / 10, "3 rows moved {} bytes, 1 row {}", moved[3], moved[2]);

@@ -207,14 +207,24 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
                 job,
             });
         }
-        // One chunk of each unfinished prompt (a prefill batch, or the rest), in the session's own passes
-        // between the decode passes: a long prompt delays the others' next tokens by a chunk per turn, and
-        // its own cancellation or timeout is seen after each chunk. The last chunk's logits give the
-        // session's first token.
+        // A prefill batch of each prompt that has one left, in the session's own pass between the decode
+        // passes: a long prompt delays the others' next tokens by a batch per turn, and its own cancellation
+        // or timeout is seen after each batch. The rest of a prompt (less than a batch) goes as rows of the
+        // decode pass below where the backend batches sessions and the pass has room for all of it, else
+        // in its own passes here. The last prompt token's logits give the session's first token.
+        let mut in_pass = vec![false; n_slots];
+        // the rows of the pass so far: a row per session (at most), plus the prompt rows taken
+        let mut rows_planned = active.iter().flatten().count();
         for a in active.iter_mut() {
             let Some(s) = a.as_mut() else { continue };
             let len = s.job.prompt_ids.len();
             if s.position >= len {
+                continue;
+            }
+            let rest = len - s.position;
+            if n_slots > 1 && rest < chunk && rows_planned + rest - 1 <= n_slots {
+                rows_planned += rest - 1;
+                in_pass[s.slot] = true;
                 continue;
             }
             let end = if len - s.position > chunk { s.position + chunk } else { len };
@@ -247,36 +257,47 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
                 *a = None;
             }
         }
-        // One decode pass for every session.
-        // (sessions whose prompt has run: their last token is fed at `position`)
-        let rows: Vec<SlotRow> = active
+        // One decode pass for every session whose prompt has run (its last token fed at `position`), and in
+        // the rows left (a pass takes one row per slot) the rest of prompts planned above, each a run of
+        // consecutive positions of its session (chunked prefill, as vLLM's): they share the weight stream.
+        let mut rows: Vec<SlotRow> = active
             .iter()
             .flatten()
             .filter(|a| a.generated > 0)
             .map(|a| SlotRow { slot: a.slot, position: a.position, token: a.next })
             .collect();
+        let decoding = rows.len();
+        for a in active.iter().flatten().filter(|a| in_pass[a.slot]) {
+            let rest = &a.job.prompt_ids[a.position..];
+            rows.extend(rest.iter().enumerate().map(|(i, &token)| SlotRow { slot: a.slot, position: a.position + i, token }));
+        }
+        debug_assert!(rows.len() <= n_slots);
         if rows.is_empty() {
             cx.finish_turn(&active);
             continue;
         }
         let result = slots.step_rows(&rows);
-        cx.metrics.passes.with_label_values(&["decode"]).inc();
-        cx.metrics.batch_size.observe(rows.len() as f64);
+        cx.metrics.passes.with_label_values(&[if decoding > 0 { "decode" } else { "prompt" }]).inc();
+        if decoding > 0 {
+            cx.metrics.batch_size.observe(rows.len() as f64);
+        }
         cx.device_counters(slots, &mut last_counters);
         match result {
             Ok(logits) => {
                 for (row, logits) in rows.iter().zip(logits) {
                     let Some(a) = active[row.slot].as_mut() else { continue };
-                    a.position += 1;
-                    if !cx.take_token(a, &logits, context_length, &mut recent) {
+                    a.position = row.position + 1;
+                    // a decode row's next token, or the first token after a prompt's last row
+                    let sample = a.generated > 0 || a.position == a.job.prompt_ids.len();
+                    if sample && !cx.take_token(a, &logits, context_length, &mut recent) {
                         active[row.slot] = None;
                     }
                 }
             }
             Err(e) => {
                 let why = format!("the decode pass failed: {}", crate::error_report(&e));
-                for a in active.iter_mut() {
-                    if let Some(s) = a.take() {
+                for row in &rows {
+                    if let Some(s) = active[row.slot].take() {
                         cx.fail(&s.job, StatusCode::INTERNAL_SERVER_ERROR, why.clone());
                     }
                 }

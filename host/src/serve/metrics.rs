@@ -14,7 +14,7 @@ pub struct Metrics {
     /// Sessions in slots (prefilling or decoding).
     pub active_sessions: IntGauge,
     pub slots: IntGauge,
-    /// Rows (sessions) per batched decode pass.
+    /// Rows per batched decode pass.
     pub batch_size: Histogram,
     pub passes: IntCounterVec,
     /// Generated tokens per second over the last few seconds.
@@ -69,8 +69,8 @@ impl Metrics {
             queue_length: gauge("opu_queue_length", "Requests waiting for a session slot"),
             active_sessions: gauge("opu_active_sessions", "Sessions in a slot (prefill or decode)"),
             slots: gauge("opu_session_slots", "Sessions the program holds at once (--max-sessions)"),
-            batch_size: histogram("opu_batch_size", "Sessions advanced per decode pass", (1..=64).map(f64::from).collect()),
-            passes: counter_vec("opu_passes_total", "Scheduler steps, by kind (prompt: a prompt run, one or more device passes; decode: one device pass advancing every session)", &["kind"]),
+            batch_size: histogram("opu_batch_size", "Rows per decode pass: the sessions' next tokens, and prompt rows sharing the pass", (1..=64).map(f64::from).collect()),
+            passes: counter_vec("opu_passes_total", "Scheduler steps, by kind (prompt: a prefill batch or the rest of a prompt in the session's own passes; decode: one device pass advancing every decoding session)", &["kind"]),
             tokens_per_second,
             time_to_first_token: histogram("opu_time_to_first_token_seconds", "From the request's arrival to its first token", buckets(0.01, 2.0, 16)),
             inter_token_latency: histogram("opu_inter_token_latency_seconds", "Between consecutive tokens of a request", buckets(0.001, 2.0, 16)),
