@@ -79,9 +79,24 @@ impl Queue {
         Queue { state: Mutex::new(QueueState { jobs: VecDeque::new(), draining: false, free_slots: 0 }), wake: Condvar::new(), capacity }
     }
 
+    /// The queue's state (a panic elsewhere while holding the lock leaves the state usable: every change to
+    /// it is one assignment).
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The scheduler stopped (it panicked): every queued request gets a 500 and the queue takes no more.
+    pub fn abandon(&self, why: &str) {
+        let mut s = self.lock();
+        s.draining = true;
+        for job in s.jobs.drain(..) {
+            let _ = job.events.send(Event::Failed(ApiError::server(StatusCode::INTERNAL_SERVER_ERROR, "server_error", why.to_string())));
+        }
+    }
+
     /// Queues `job`, or says why not (never waits).
     pub fn submit(&self, job: Job) -> Result<(), Refused> {
-        let mut s = self.state.lock().expect("queue lock");
+        let mut s = self.lock();
         if s.draining {
             return Err(Refused::Draining);
         }
@@ -95,7 +110,7 @@ impl Queue {
 
     /// Requests waiting for a slot (not those that free slots will take at the scheduler's next turn).
     pub fn len(&self) -> usize {
-        let s = self.state.lock().expect("queue lock");
+        let s = self.lock();
         s.jobs.len().saturating_sub(s.free_slots)
     }
 
@@ -105,7 +120,7 @@ impl Queue {
 
     /// Shutdown: queued requests are refused, running ones finish, then the scheduler returns.
     pub fn drain(&self) {
-        self.state.lock().expect("queue lock").draining = true;
+        self.lock().draining = true;
         self.wake.notify_all();
     }
 }
@@ -151,7 +166,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
     loop {
         // Refusals and admissions, under the queue's lock.
         let admitted: Vec<Job> = {
-            let mut q = cx.queue.state.lock().expect("queue lock");
+            let mut q = cx.queue.lock();
             let now = Instant::now();
             let mut keep = VecDeque::new();
             let draining = q.draining;
@@ -325,12 +340,12 @@ impl EngineContext {
     fn finish_turn(&self, active: &[Option<Active>]) {
         let busy = active.iter().flatten().count();
         self.metrics.active_sessions.set(busy as i64);
-        self.queue.state.lock().expect("queue lock").free_slots = active.len() - busy;
+        self.queue.lock().free_slots = active.len() - busy;
     }
 
     /// Waits for work (or a shutdown) with the queue's lock given back meanwhile.
     fn wake_wait<'a>(&self, q: std::sync::MutexGuard<'a, QueueState>) -> std::sync::MutexGuard<'a, QueueState> {
-        self.queue.wake.wait_timeout(q, Duration::from_millis(200)).expect("queue lock").0
+        self.queue.wake.wait_timeout(q, Duration::from_millis(200)).unwrap_or_else(std::sync::PoisonError::into_inner).0
     }
 
     fn fail(&self, job: &Job, status: StatusCode, message: String) {

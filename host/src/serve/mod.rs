@@ -97,15 +97,16 @@ async fn serve_async(opts: ServeOptions, tokenizer: Tokenizer, open: OpenSession
     });
 
     // The scheduler's thread: opens the backend, then runs until the queue drains.
-    let (failed_tx, mut failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    // why the scheduler's thread ended early (the model could not be opened, or it panicked)
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let engine = {
         let st = state.clone();
         std::thread::Builder::new().name("opu-scheduler".into()).spawn(move || {
             let mut session = match open() {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = failed_tx.send(e);
-                    return;
+                    let _ = stop_tx.send(e.context("opening the model"));
+                    return false;
                 }
             };
             let cycles_are_estimates = session.backend_stats().is_some_and(|v| v.get("cycles_estimate").is_some());
@@ -122,7 +123,18 @@ async fn serve_async(opts: ServeOptions, tokenizer: Tokenizer, open: OpenSession
             let n = crate::backend::SessionSlots::slots(&slots);
             let _ = st.ready.set((context, n));
             on_ready(local, context, n);
-            engine::run(&mut slots, context, &cx);
+            // a bug in the scheduler must not leave requests waiting forever: they get a 500, and the server
+            // shuts down
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine::run(&mut slots, context, &cx)));
+            if let Err(panic) = run {
+                let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                let why = format!("the scheduler stopped: {what}");
+                st.draining.store(true, Ordering::SeqCst);
+                st.queue.abandon(&why);
+                let _ = stop_tx.send(anyhow::anyhow!(why));
+                return false;
+            }
+            true
         })?
     };
 
@@ -134,9 +146,9 @@ async fn serve_async(opts: ServeOptions, tokenizer: Tokenizer, open: OpenSession
             tokio::select! {
                 _ = term.recv() => eprintln!("opu serve: SIGTERM: refusing new requests, finishing the running ones"),
                 _ = tokio::signal::ctrl_c() => eprintln!("opu serve: SIGINT: refusing new requests, finishing the running ones"),
-                e = &mut failed_rx => {
+                e = &mut stop_rx => {
                     if let Ok(e) = e {
-                        eprintln!("error: opening the model: {}", crate::error_report(&e));
+                        eprintln!("error: {}", crate::error_report(&e));
                     }
                 }
             }
@@ -146,8 +158,10 @@ async fn serve_async(opts: ServeOptions, tokenizer: Tokenizer, open: OpenSession
     };
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await.context("serving HTTP")?;
     state.queue.drain();
-    let _ = tokio::task::spawn_blocking(move || engine.join()).await;
+    // (true: the scheduler ran to its end)
+    let finished = matches!(tokio::task::spawn_blocking(move || engine.join()).await, Ok(Ok(true)));
     anyhow::ensure!(state.ready.get().is_some(), "the model could not be opened");
+    anyhow::ensure!(finished, "the scheduler stopped before the server did (see above)");
     Ok(())
 }
 
