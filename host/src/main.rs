@@ -66,8 +66,8 @@ enum Command {
         host: String,
         #[arg(long, default_value_t = 8080)]
         port: u16,
-        /// Sessions decoded together (KV caches on the device; the sim, rtl and pcie backends). Other
-        /// backends serve one at a time.
+        /// Sessions decoded together (KV caches on the device: the sim, rtl and pcie backends, and auto on a
+        /// card). The reference path serves one at a time.
         #[arg(long, default_value_t = 8)]
         max_sessions: usize,
         /// KV cache size per session in positions: every session's cache is in device memory.
@@ -786,7 +786,9 @@ fn run(cli: Cli) -> Result<()> {
             let tokenizer = opu_host::tokenizer::Tokenizer::from_gguf(&g)?;
             drop(g);
             let model_id = served_model_name.unwrap_or_else(|| path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned()));
-            let batched = matches!(model.backend.as_str(), "sim" | "rtl" | "pcie");
+            // (the overlay backends compile with the sessions' KV caches; `auto` on a card does too, and on the
+            // reference path the compile options are not used)
+            let batched = model.backend != "reference";
             let opts = opu_host::serve::ServeOptions {
                 host,
                 port,

@@ -154,6 +154,16 @@ async fn serve_async(opts: ServeOptions, tokenizer: Tokenizer, open: OpenSession
             }
             st.draining.store(true, Ordering::SeqCst);
             st.queue.drain();
+            // a second signal stops at once
+            tokio::spawn(async {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                eprintln!("opu serve: a second signal: stopping now, ending the running requests");
+                std::process::exit(130);
+            });
         }
     };
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await.context("serving HTTP")?;
