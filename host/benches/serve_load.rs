@@ -480,7 +480,7 @@ fn request_body(model: &str, s: &Spec) -> Value {
 }
 
 /// The text of a choice (chat: `message.content` or `delta.content`; completions: `text`).
-fn choice_text<'v>(choice: &'v Value, chat: bool, stream: bool) -> Option<&'v str> {
+fn choice_text(choice: &Value, chat: bool, stream: bool) -> Option<&str> {
     if !chat {
         choice["text"].as_str()
     } else if stream {
@@ -663,7 +663,8 @@ async fn phase_b(client: &reqwest::Client, base: &str, model: &str) -> Result<bo
     };
 
     println!();
-    println!("  {:<48} {}", "requests answered (200, complete)", format!("{answered} ({answered_stream} streamed, {} whole)", answered - answered_stream));
+    let whole = answered - answered_stream;
+    println!("  {:<48} {answered} ({answered_stream} streamed, {whole} whole)", "requests answered (200, complete)");
     println!("  {:<48} {refused}", "refused (503 with Retry-After)");
     println!("  {:<48} {}", "lost (other status, transport error, incomplete)", lost.len());
     println!("  {:<48} {hung}", format!("hung (no end within {} s)", HUNG_AFTER.as_secs()));

@@ -108,6 +108,23 @@ pub trait SessionSlots {
 /// Prompt tokens per chunk on backends without a fixed pass size.
 pub const PROMPT_CHUNK: usize = 64;
 
+/// [`SessionSlots::forward_slot`] of a backend that holds one session, over the sequence API: slot 0 only,
+/// a prompt from position 0 resets it, else `start` must be where it is.
+pub fn one_session_forward(b: &mut dyn Backend, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+    anyhow::ensure!(slot == 0, "session slot {slot}: the backend holds one session");
+    if start == 0 {
+        b.reset();
+    }
+    anyhow::ensure!(start == b.position(), "the session is at position {}, not {start}", b.position());
+    Ok(b.forward(tokens, false)?.pop().expect("one row of logits"))
+}
+
+/// [`SessionSlots::step_rows`] of a backend that holds one session: one row, its next token.
+pub fn one_session_step(b: &mut dyn Backend, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>> {
+    anyhow::ensure!(rows.len() == 1, "the backend holds one session: a pass takes one row, got {}", rows.len());
+    Ok(vec![one_session_forward(b, rows[0].slot, rows[0].position, &[rows[0].token])?])
+}
+
 /// Any backend as [`SessionSlots`]: its own slots where it has several, else one slot over the sequence
 /// API (a prompt from position 0 resets it).
 pub struct Slots<'a>(pub &'a mut dyn Backend);
@@ -117,22 +134,16 @@ impl SessionSlots for Slots<'_> {
         self.0.as_slots_ref().map_or(1, |s| s.slots())
     }
     fn forward_slot(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>> {
-        if let Some(s) = self.0.as_slots() {
-            return s.forward_slot(slot, start, tokens);
+        match self.0.as_slots() {
+            Some(s) => s.forward_slot(slot, start, tokens),
+            None => one_session_forward(self.0, slot, start, tokens),
         }
-        anyhow::ensure!(slot == 0, "session slot {slot}: the backend holds one session");
-        if start == 0 {
-            self.0.reset();
-        }
-        anyhow::ensure!(start == self.0.position(), "the session is at position {}, not {start}", self.0.position());
-        Ok(self.0.forward(tokens, false)?.pop().expect("one row of logits"))
     }
     fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>> {
-        if let Some(s) = self.0.as_slots() {
-            return s.step_rows(rows);
+        match self.0.as_slots() {
+            Some(s) => s.step_rows(rows),
+            None => one_session_step(self.0, rows),
         }
-        anyhow::ensure!(rows.len() == 1, "the backend holds one session: a pass takes one row, got {}", rows.len());
-        Ok(vec![self.forward_slot(rows[0].slot, rows[0].position, &[rows[0].token])?])
     }
     fn lifetime_counters(&self) -> Option<crate::loader::Counters> {
         self.0.as_slots_ref().and_then(|s| s.lifetime_counters())

@@ -277,13 +277,7 @@ impl SessionSlots for SimBackend {
 
     fn forward_slot(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>> {
         if self.meta.sessions.is_none() {
-            // one session: the sequence API
-            anyhow::ensure!(slot == 0, "session slot {slot} is outside the program's 1 slot");
-            if start == 0 {
-                self.reset();
-            }
-            anyhow::ensure!(start == self.pos, "slot 0 is at position {}, not {start}", self.pos);
-            return Ok(self.forward(tokens, false)?.pop().expect("one row of logits"));
+            return crate::backend::one_session_forward(self, slot, start, tokens);
         }
         anyhow::ensure!(!tokens.is_empty(), "forward needs at least one token");
         anyhow::ensure!(start + tokens.len() <= self.meta.max_context, "{} tokens at position {start} exceed the context length {}", tokens.len(), self.meta.max_context);
@@ -314,9 +308,7 @@ impl SessionSlots for SimBackend {
 
     fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>> {
         if self.meta.sessions.is_none() {
-            // one session: its next token through `decode`
-            anyhow::ensure!(rows.len() == 1, "the program holds one session: a pass takes one row, got {}", rows.len());
-            return Ok(vec![self.forward_slot(rows[0].slot, rows[0].position, &[rows[0].token])?]);
+            return crate::backend::one_session_step(self, rows);
         }
         let entry = {
             let s = self.sessions_meta()?;

@@ -9,7 +9,6 @@ use opu_compiler::gguf::parse_bytes;
 use opu_compiler::testing::TinyLlama;
 use opu_compiler::CompileOptions;
 use opu_host::backend::Backend;
-use opu_host::cache;
 use opu_host::sim_backend::SimBackend;
 use opu_hw::OverlayConfig;
 use std::io::BufRead;
@@ -26,9 +25,6 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-fn smollm2() -> PathBuf {
-    cache::fetch(cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache")
-}
 
 fn opu() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_opu"));
@@ -86,7 +82,7 @@ fn generate(backend: &str, root: &Path, extra: &[&str]) -> std::process::Output 
     opu()
         .args(["run", "The capital of France is", "--json", "--backend", backend])
         .args(tokens)
-        .args(["--model", smollm2().to_str().unwrap(), "--sysfs-root", root.to_str().unwrap()])
+        .args(["--model", common::smollm2().to_str().unwrap(), "--sysfs-root", root.to_str().unwrap()])
         .args(extra)
         .output()
         .unwrap()
@@ -165,7 +161,7 @@ fn card_faults_through_the_command_line_are_clear_errors() {
     // the card vanishing mid-run: its sysfs entry removed while the run waits
     let run = opu()
         .args(["run", "Hello", "--max-tokens", "2", "--backend", "pcie", "--device-timeout", "600"])
-        .args(["--model", smollm2().to_str().unwrap(), "--sysfs-root", root.to_str().unwrap()])
+        .args(["--model", common::smollm2().to_str().unwrap(), "--sysfs-root", root.to_str().unwrap()])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

@@ -2,20 +2,13 @@
 //! text equals `opu run` alone and batched, a full queue answers 503 with Retry-After, a gone client frees
 //! its slot, a request past its timeout gets 504, and SIGTERM during a stream ends it cleanly.
 
+mod common;
+
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn model() -> Option<PathBuf> {
-    match std::env::var("OPU_MODEL_GGUF") {
-        Ok(p) => Some(PathBuf::from(p)),
-        Err(_) => {
-            eprintln!("SKIPPED: set OPU_MODEL_GGUF to a llama GGUF (the README's test command does)");
-            None
-        }
-    }
-}
 
 /// The model id the server answers to (the file's name without `.gguf`).
 fn model_id(path: &std::path::Path) -> String {
@@ -119,7 +112,7 @@ fn opu_run(path: &std::path::Path, prompt: &str, chat: bool, max_tokens: usize) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_400_with_a_json_error() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let s = Server::start(&path, &["--max-sessions", "2", "--max-context", "128", "--max-body-bytes", "4096"]).await;
     let m = s.model.clone();
     let user = json!([{"role": "user", "content": "hi"}]);
@@ -170,7 +163,7 @@ async fn bad_requests_get_400_with_a_json_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_text_equals_opu_run_alone_and_batched() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let chat_q = "What is the capital of France?";
     let prompts = ["The capital of France is", "Once upon a time, there was a", "def add(a, b):"];
     let (chat_text, chat_tokens) = opu_run(&path, chat_q, true, 24);
@@ -248,7 +241,7 @@ async fn greedy_text_equals_opu_run_alone_and_batched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_and_a_gone_client_frees_its_slot() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let s = Server::start(&path, &["--max-sessions", "1", "--max-queue", "1", "--max-context", "512"]).await;
     let m = s.model.clone();
     let long = json!({"model": m, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": true});
@@ -283,7 +276,7 @@ async fn a_full_queue_answers_503_and_a_gone_client_frees_its_slot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_its_timeout_gets_504() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let s = Server::start(&path, &["--max-sessions", "2", "--max-context", "512", "--request-timeout", "1.5"]).await;
     let t = Instant::now();
     let r = s.post("/v1/completions", &json!({"model": s.model, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0})).await;
@@ -301,7 +294,7 @@ async fn a_request_past_its_timeout_gets_504() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_stream_ends_it_cleanly() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let mut s = Server::start(&path, &["--max-sessions", "1", "--max-context", "256"]).await;
     let m = s.model.clone();
     let mut r = s.post("/v1/chat/completions", &json!({"model": m, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 40, "temperature": 0, "stream": true})).await;
@@ -362,7 +355,7 @@ fn openai_python() -> Option<PathBuf> {
 /// and streamed ones, greedy text equal to `opu run --backend sim`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_client_gets_opu_runs_text() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let Some(python) = openai_python() else { return };
     let chat_q = "What is the capital of France?";
     let prompt = "The capital of France is";

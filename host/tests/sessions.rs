@@ -2,19 +2,12 @@
 //! position, advanced together by the `sessions{n}` passes, get bit for bit the logits a one-session
 //! program's `decode` gives each of them alone.
 
+mod common;
+
 use opu_host::backend::{SessionSlots, SlotRow};
 use opu_host::Session;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn model() -> Option<PathBuf> {
-    match std::env::var("OPU_MODEL_GGUF") {
-        Ok(p) => Some(PathBuf::from(p)),
-        Err(_) => {
-            eprintln!("SKIPPED: set OPU_MODEL_GGUF to a llama GGUF (the README's test command does)");
-            None
-        }
-    }
-}
 
 fn open(path: &Path, max_sessions: usize) -> Session {
     let opts = opu_compiler::CompileOptions { max_context: Some(96), max_sessions, ..Default::default() };
@@ -27,7 +20,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 #[test]
 fn every_session_of_a_batch_gets_its_solo_logits() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let mut solo = open(&path, 1);
     // three sessions whose prompts differ in length (a full prefill batch of 16 and a remainder, or a
     // remainder only), so that they decode at different positions
@@ -97,7 +90,7 @@ fn every_session_of_a_batch_gets_its_solo_logits() {
 
 #[test]
 fn bad_rows_are_refused() {
-    let Some(path) = model() else { return };
+    let path = common::smollm2();
     let mut s = open(&path, 2);
     let mut slots = s.slots();
     let e = slots.step_rows(&[SlotRow { slot: 2, position: 0, token: 1 }]).unwrap_err().to_string();

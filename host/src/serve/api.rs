@@ -383,22 +383,37 @@ pub fn usage(prompt_tokens: usize, completion_tokens: usize) -> Value {
     json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens})
 }
 
-/// The response of a whole (non-streamed) completion.
-/// `usage`: (prompt tokens, completion tokens).
-pub fn completion_response(endpoint: Endpoint, id: &str, created: u64, model: &str, text: &str, finish: FinishReason, (prompt_tokens, completion_tokens): (usize, usize)) -> Value {
-    let choice = match endpoint {
-        Endpoint::Chat => json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish.as_str()}),
-        Endpoint::Completions => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish.as_str()}),
-    };
-    json!({
+/// The body every completion response and chunk shares, with its `choices` (and `usage`).
+fn completion_object(object: &str, id: &str, created: u64, model: &str, choices: Value, usage: Option<Value>) -> Value {
+    let mut v = json!({
         "id": id,
-        "object": match endpoint { Endpoint::Chat => "chat.completion", Endpoint::Completions => "text_completion" },
+        "object": object,
         "created": created,
         "model": model,
         "system_fingerprint": crate::serve::FINGERPRINT,
-        "choices": [choice],
-        "usage": usage(prompt_tokens, completion_tokens),
-    })
+        "choices": choices,
+    });
+    if let Some(u) = usage {
+        v["usage"] = u;
+    }
+    v
+}
+
+/// `object` of a stream's chunks.
+fn chunk_object(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Chat => "chat.completion.chunk",
+        Endpoint::Completions => "text_completion",
+    }
+}
+
+/// The response of a whole (non-streamed) completion. `usage`: (prompt tokens, completion tokens).
+pub fn completion_response(endpoint: Endpoint, id: &str, created: u64, model: &str, text: &str, finish: FinishReason, (prompt_tokens, completion_tokens): (usize, usize)) -> Value {
+    let (object, choice) = match endpoint {
+        Endpoint::Chat => ("chat.completion", json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish.as_str()})),
+        Endpoint::Completions => ("text_completion", json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish.as_str()})),
+    };
+    completion_object(object, id, created, model, json!([choice]), Some(usage(prompt_tokens, completion_tokens)))
 }
 
 /// One chunk of a streamed completion: `text` (chat: the first chunk carries the role), or the last
@@ -418,27 +433,12 @@ pub fn stream_chunk(endpoint: Endpoint, id: &str, created: u64, model: &str, tex
         }
         Endpoint::Completions => json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}),
     };
-    json!({
-        "id": id,
-        "object": match endpoint { Endpoint::Chat => "chat.completion.chunk", Endpoint::Completions => "text_completion" },
-        "created": created,
-        "model": model,
-        "system_fingerprint": crate::serve::FINGERPRINT,
-        "choices": [choice],
-    })
+    completion_object(chunk_object(endpoint), id, created, model, json!([choice]), None)
 }
 
 /// The chunk after the last choice chunk when `stream_options.include_usage`: no choices, the usage.
 pub fn usage_chunk(endpoint: Endpoint, id: &str, created: u64, model: &str, prompt_tokens: usize, completion_tokens: usize) -> Value {
-    json!({
-        "id": id,
-        "object": match endpoint { Endpoint::Chat => "chat.completion.chunk", Endpoint::Completions => "text_completion" },
-        "created": created,
-        "model": model,
-        "system_fingerprint": crate::serve::FINGERPRINT,
-        "choices": [],
-        "usage": usage(prompt_tokens, completion_tokens),
-    })
+    completion_object(chunk_object(endpoint), id, created, model, json!([]), Some(usage(prompt_tokens, completion_tokens)))
 }
 
 #[cfg(test)]
