@@ -40,8 +40,9 @@ pub struct CompileOptions {
     pub routers: Option<Routers>,
     /// Where K/V rows live (docs/skipping.md, "KV layout").
     pub kv_layout: KvLayout,
-    /// KV caches for this many sessions at once, and the `sessions{n}` entries that advance up to that many
-    /// sessions in one pass (docs/serving.md, "Batched decode"). 0 or 1: one sequence, today's entries only.
+    /// KV caches for this many sessions at once, and the `sessions{n}` entries that advance all of them in
+    /// one pass, with room for prompt rows beside (up to the rows the scratchpad holds, at most `max_batch`;
+    /// docs/serving.md, "Batched decode"). 0 or 1: one sequence, today's entries only.
     pub max_sessions: usize,
 }
 
@@ -149,11 +150,18 @@ pub struct SessionsMeta {
     pub rows_addr: u64,
     /// `sessions_entry[n - 1]`: the index in `entries` of `sessions{n}`, a pass of `n` rows, each the next
     /// token of any session at its own position (rows of one session must be its consecutive positions in
-    /// order).
+    /// order). A pass takes up to [`SessionsMeta::max_rows`] rows, at least `slots`.
     pub sessions_entry: Vec<usize>,
     /// The index in `entries` of `prefill_slot`: `prefill`'s pass of consecutive positions from ARG1 for the
     /// session in slot ARG3.
     pub prefill_slot_entry: usize,
+}
+
+impl SessionsMeta {
+    /// The most rows a `sessions{n}` pass takes.
+    pub fn max_rows(&self) -> usize {
+        self.sessions_entry.len()
+    }
 }
 
 /// The indexed KV layout of a program: the runtime writes each layer's row index before a pass
@@ -326,10 +334,12 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     // The prefill pass takes as many tokens as the scratchpad holds, up to `max_batch` (a wide model's pass
     // of 64 tokens may not fit: Llama-7B's at u280 takes 20).
     let batch = (1..=config.max_batch as usize).rev().find(|&n| spm_buffers(&cfg, config, n, false).is_some()).unwrap_or(1);
-    // Several sessions (docs/serving.md): a `sessions{n}` pass takes one row per session, so the slots are
+    // Several sessions (docs/serving.md): a `sessions{n}` pass takes up to as many rows as the scratchpad
+    // holds (at most `max_batch`), a session's next token or a run of its prompt each, so the slots are
     // bounded by the rows a pass can take; their K/V go through the session tables (`kv_index`), which the
     // indexed layout and per-token routing use for their own purposes.
     let slots = opts.max_sessions.max(1);
+    let mut pass_rows = 0;
     if slots > 1 {
         if routers.is_some() || opts.kv_layout != KvLayout::Dense {
             return Err(unsupported(format!(
@@ -343,6 +353,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         if slots > most {
             return Err(fits(format!("--max-sessions {slots}: a pass of the overlay takes at most {most} rows (max_batch {} and the scratchpad)", config.max_batch)));
         }
+        pass_rows = most;
     }
     if let Some(r) = routers {
         if r.layers.len() != cfg.n_layer || r.hidden != e {
@@ -411,7 +422,7 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
     let ids = plan.place("ids", "io", line_up(batch.max(slots) as u64 * 4));
     let logits_row_bytes = line_up(cfg.vocab as u64 * 4);
     let logits = plan.place("logits", "io", logits_row_bytes * batch.max(slots) as u64);
-    let session_rows = (slots > 1).then(|| plan.place("rows", "io", line_up(slots as u64 * 8)));
+    let session_rows = (slots > 1).then(|| plan.place("rows", "io", line_up(pass_rows as u64 * 8)));
     let mut image = Image { plan, data: Vec::new(), pe_lanes: config.pe_lanes };
     let mut layers = Vec::with_capacity(cfg.n_layer);
     let kv_row = (hkv * hd * 2) as u64;
@@ -550,23 +561,31 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         sessions,
     };
 
-    // Programs.
-    let mut entries = Vec::new();
-    let mut programs = Vec::new();
-    let mut next_code = code_addr;
-    let mut passes = vec![("decode".to_string(), 1usize, PassRows::Sequence), ("prefill".to_string(), batch, PassRows::Sequence)];
-    if slots > 1 {
-        passes.extend((1..=slots).map(|n| (format!("sessions{n}"), n, PassRows::Sessions)));
-        passes.push(("prefill_slot".to_string(), batch, PassRows::SessionSequence));
+    // Programs. The `sessions{n}` passes of more rows than slots are for prompt rows beside the sessions'
+    // next tokens: where all of them do not fit the code region, passes of one row per slot at most.
+    let emit_all = |pass_rows: usize| -> Result<(Vec<Entry>, Vec<Vec<Instr>>, u64), CompileError> {
+        let (mut entries, mut programs, mut next_code) = (Vec::new(), Vec::new(), code_addr);
+        let mut passes = vec![("decode".to_string(), 1usize, PassRows::Sequence), ("prefill".to_string(), batch, PassRows::Sequence)];
+        if slots > 1 {
+            passes.extend((1..=pass_rows).map(|n| (format!("sessions{n}"), n, PassRows::Sessions)));
+            passes.push(("prefill_slot".to_string(), batch, PassRows::SessionSequence));
+        }
+        for (name, ntok, rows) in passes {
+            let spm = spm_buffers(&cfg, config, ntok, rows == PassRows::Sessions)
+                .ok_or_else(|| fits(format!("the scratchpad of {} bytes cannot hold a pass of {ntok} tokens", config.scratchpad_bytes)))?;
+            let program = emit(&cfg, &layout, &spm, ntok, rows);
+            entries.push(Entry { name, ntok, code_addr: next_code, instructions: program.len() });
+            next_code += line_up((program.len() * opu_hw::isa::INSTR_BYTES) as u64);
+            programs.push(program);
+        }
+        Ok((entries, programs, next_code))
+    };
+    let mut emitted = emit_all(pass_rows)?;
+    if emitted.2 > code_addr + (4 << 20) && pass_rows > slots {
+        pass_rows = slots;
+        emitted = emit_all(pass_rows)?;
     }
-    for (name, ntok, rows) in passes {
-        let spm = spm_buffers(&cfg, config, ntok, rows == PassRows::Sessions)
-            .ok_or_else(|| fits(format!("the scratchpad of {} bytes cannot hold a pass of {ntok} tokens", config.scratchpad_bytes)))?;
-        let program = emit(&cfg, &layout, &spm, ntok, rows);
-        entries.push(Entry { name, ntok, code_addr: next_code, instructions: program.len() });
-        next_code += line_up((program.len() * opu_hw::isa::INSTR_BYTES) as u64);
-        programs.push(program);
-    }
+    let (entries, programs, next_code) = emitted;
     if next_code > code_addr + (4 << 20) {
         return Err(fits("the programs exceed the 4 MiB code region".into()));
     }
@@ -605,8 +624,8 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
         sessions: layout.sessions.map(|sl| SessionsMeta {
             slots,
             rows_addr: sl.rows,
-            sessions_entry: (0..slots).map(|n| 2 + n).collect(),
-            prefill_slot_entry: 2 + slots,
+            sessions_entry: (0..pass_rows).map(|n| 2 + n).collect(),
+            prefill_slot_entry: 2 + pass_rows,
         }),
     };
 

@@ -94,8 +94,14 @@ pub trait SessionSlots {
     /// Runs `tokens` of the session in `slot` at positions `start..` (a prompt, or the part of it not yet
     /// run); the logits of the last token.
     fn forward_slot(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>>;
-    /// One step of several sessions (at most [`slots`](Self::slots) rows, one per session): the logits of each
-    /// row, each exactly what the session would get alone.
+    /// The most rows one [`step_rows`](Self::step_rows) pass takes: at least [`slots`](Self::slots), so that
+    /// every session's next token fits, and where the pass has room more, for prompt rows beside them.
+    fn max_rows(&self) -> usize {
+        self.slots()
+    }
+    /// One pass of rows of several sessions (at most [`max_rows`](Self::max_rows); a session's rows are its
+    /// consecutive positions in order): the logits of each row, each exactly what the session would get
+    /// alone.
     fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>>;
     /// Device counters of every pass since the backend opened, where the backend counts them.
     fn lifetime_counters(&self) -> Option<crate::loader::Counters>;
@@ -138,6 +144,9 @@ impl SessionSlots for Slots<'_> {
             Some(s) => s.forward_slot(slot, start, tokens),
             None => one_session_forward(self.0, slot, start, tokens),
         }
+    }
+    fn max_rows(&self) -> usize {
+        self.0.as_slots_ref().map_or(1, |s| s.max_rows())
     }
     fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>> {
         match self.0.as_slots() {

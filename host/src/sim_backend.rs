@@ -300,10 +300,14 @@ impl SessionSlots for SimBackend {
             return self.read_logits(batch - 1);
         }
         let mut last = Vec::new();
-        for chunk in rows[at..].chunks(self.slots()) {
+        for chunk in rows[at..].chunks(self.max_rows()) {
             last = self.step_rows(chunk)?.pop().expect("one row of logits");
         }
         Ok(last)
+    }
+
+    fn max_rows(&self) -> usize {
+        self.meta.sessions.as_ref().map_or(1, |s| s.max_rows())
     }
 
     fn step_rows(&mut self, rows: &[SlotRow]) -> Result<Vec<Vec<f32>>> {
@@ -312,7 +316,7 @@ impl SessionSlots for SimBackend {
         }
         let entry = {
             let s = self.sessions_meta()?;
-            anyhow::ensure!((1..=s.slots).contains(&rows.len()), "a batched pass takes 1 to {} rows, got {}", s.slots, rows.len());
+            anyhow::ensure!((1..=s.max_rows()).contains(&rows.len()), "a batched pass takes 1 to {} rows, got {}", s.max_rows(), rows.len());
             s.sessions_entry[rows.len() - 1]
         };
         self.check_rows(rows)?;

@@ -157,6 +157,8 @@ pub struct EngineContext {
 pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineContext) {
     let tok: &Tokenizer = &cx.tokenizer;
     let n_slots = slots.slots();
+    // rows a pass takes: a row per session, and where the program has room more, prompt rows beside them
+    let max_rows = slots.max_rows().max(n_slots);
     cx.metrics.slots.set(n_slots as i64);
     let mut active: Vec<Option<Active>> = (0..n_slots).map(|_| None).collect();
     let mut last_counters = slots.lifetime_counters();
@@ -228,7 +230,8 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
         // decode pass below where the backend batches sessions and the pass has room for all of it, else
         // in its own passes here. The last prompt token's logits give the session's first token.
         let mut in_pass = vec![false; n_slots];
-        // the rows of the pass so far: a row per session (at most), plus the prompt rows taken
+        // the rows of the pass so far: a row per session (at most), plus the prompt rows taken; a pass takes
+        // `max_rows`
         let mut rows_planned = active.iter().flatten().count();
         for a in active.iter_mut() {
             let Some(s) = a.as_mut() else { continue };
@@ -237,7 +240,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
                 continue;
             }
             let rest = len - s.position;
-            if n_slots > 1 && rest < chunk && rows_planned + rest - 1 <= n_slots {
+            if max_rows > 1 && rest < chunk && rows_planned + rest - 1 <= max_rows {
                 rows_planned += rest - 1;
                 in_pass[s.slot] = true;
                 continue;
@@ -273,7 +276,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
             }
         }
         // One decode pass for every session whose prompt has run (its last token fed at `position`), and in
-        // the rows left (a pass takes one row per slot) the rest of prompts planned above, each a run of
+        // the rows left (a pass takes `max_rows`) the rest of prompts planned above, each a run of
         // consecutive positions of its session (chunked prefill, as vLLM's): they share the weight stream.
         let mut rows: Vec<SlotRow> = active
             .iter()
@@ -286,7 +289,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
             let rest = &a.job.prompt_ids[a.position..];
             rows.extend(rest.iter().enumerate().map(|(i, &token)| SlotRow { slot: a.slot, position: a.position + i, token }));
         }
-        debug_assert!(rows.len() <= n_slots);
+        debug_assert!(rows.len() <= max_rows);
         if rows.is_empty() {
             cx.finish_turn(&active);
             continue;
