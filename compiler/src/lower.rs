@@ -563,7 +563,9 @@ pub fn compile(g: &Gguf, config: &OverlayConfig, opts: &CompileOptions) -> Resul
 
     // Programs. The `sessions{n}` passes of more rows than slots are for prompt rows beside the sessions'
     // next tokens: where all of them do not fit the code region, passes of one row per slot at most.
-    let emit_all = |pass_rows: usize| -> Result<(Vec<Entry>, Vec<Vec<Instr>>, u64), CompileError> {
+    // (the entries, their programs and the end of their code)
+    type Emitted = (Vec<Entry>, Vec<Vec<Instr>>, u64);
+    let emit_all = |pass_rows: usize| -> Result<Emitted, CompileError> {
         let (mut entries, mut programs, mut next_code) = (Vec::new(), Vec::new(), code_addr);
         let mut passes = vec![("decode".to_string(), 1usize, PassRows::Sequence), ("prefill".to_string(), batch, PassRows::Sequence)];
         if slots > 1 {

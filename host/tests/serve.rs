@@ -1,6 +1,7 @@
 //! `opu serve` over HTTP, the real binary on the sim backend: bad requests get 400 with a JSON error, greedy
 //! text equals `opu run` alone and batched, a full queue answers 503 with Retry-After, a gone client frees
-//! its slot, a request past its timeout gets 504, and SIGTERM during a stream ends it cleanly.
+//! its slot, a request past its timeout gets 504, SIGTERM during a stream ends it cleanly, and a card that
+//! fails turns `/health` to 503.
 
 mod common;
 
@@ -24,9 +25,14 @@ struct Server {
 impl Server {
     /// Starts `opu serve --backend sim` with `args` on a free port; waits until /health answers 200.
     async fn start(path: &std::path::Path, args: &[&str]) -> Server {
+        Server::start_on("sim", path, args).await
+    }
+
+    /// [`Server::start`] on `backend`.
+    async fn start_on(backend: &str, path: &std::path::Path, args: &[&str]) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new(env!("CARGO_BIN_EXE_opu"))
-            .args(["serve", "--backend", "sim", "--model", path.to_str().unwrap(), "--port", &port.to_string()])
+            .args(["serve", "--backend", backend, "--model", path.to_str().unwrap(), "--port", &port.to_string()])
             .args(args)
             .stdin(Stdio::null())
             .spawn()
@@ -400,4 +406,58 @@ print(json.dumps({"model": model, "chat": chat.choices[0].message.content, "fini
     assert_eq!(v["streamed_usage"].as_u64().unwrap(), chat_tokens);
     assert_eq!(v["streamed"].as_str().unwrap(), text, "{v}");
     assert_eq!(v["error"], json!(["BadRequestError", 400]), "{v}");
+}
+
+/// A card whose pass fails: the request gets 500, `/health` turns 503 with `device_error` (so that a
+/// readiness probe takes the instance out of its load balancer), `opu_device_failures_total` counts it, and
+/// the idle server checks the card again with probe passes while the error lasts. The card is
+/// `opu emulate`'s, stopped under the running server (its sysfs entry and files go away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_card_turns_health_to_503() {
+    let path = common::smollm2();
+    let root = std::env::temp_dir().join(format!("opu-serve-card-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let mut emulator = Command::new(env!("CARGO_BIN_EXE_opu"))
+        .args(["emulate", "--root", root.to_str().unwrap(), "--threads", "1"])
+        .env("RAYON_NUM_THREADS", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // its first line says the card is ready
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(emulator.stdout.take().unwrap()), &mut line).unwrap();
+    assert!(line.contains("emulated OPU card"), "{line}");
+    let s = Server::start_on("pcie", &path, &["--sysfs-root", root.to_str().unwrap(), "--device-timeout", "20", "--max-sessions", "2", "--max-context", "64"]).await;
+    let complete = json!({"model": s.model, "prompt": "The capital of France is", "max_tokens": 2});
+    let r = s.post("/v1/completions", &complete).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let h: Value = reqwest::get(s.url("/health")).await.unwrap().json().await.unwrap();
+    assert_eq!((h["status"].as_str(), h["device_error"].is_null(), h["slots"].as_u64()), (Some("ok"), true, Some(2)), "{h}");
+    assert_eq!(s.metric("opu_device_failures_total").await, 0.0);
+
+    // the card goes away
+    assert!(Command::new("kill").args(["-TERM", &emulator.id().to_string()]).status().unwrap().success());
+    emulator.wait().unwrap();
+    let r = s.post("/v1/completions", &complete).await;
+    assert_eq!(r.status(), 500);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "server_error", "{e}");
+    let r = reqwest::get(s.url("/health")).await.unwrap();
+    assert_eq!(r.status(), 503);
+    let h: Value = r.json().await.unwrap();
+    assert_eq!(h["status"], "device_error", "{h}");
+    assert!(!h["device_error"].as_str().unwrap().is_empty(), "{h}");
+    assert!(s.metric("opu_device_failures_total").await >= 1.0);
+    // idle, the server checks the card again (every 5 s) and still finds it gone
+    let t = Instant::now();
+    while !reqwest::get(s.url("/metrics")).await.unwrap().text().await.unwrap().contains("opu_passes_total{kind=\"probe\"}") {
+        assert!(t.elapsed() < Duration::from_secs(30), "no probe pass");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = reqwest::get(s.url("/health")).await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(s.metric("opu_device_failures_total").await >= 2.0);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&root);
 }

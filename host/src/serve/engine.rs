@@ -165,6 +165,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
     // prompt tokens per turn: one pass of the backend's prefill entry
     let chunk = slots.prompt_chunk().max(1);
     let mut recent: VecDeque<(Instant, usize)> = VecDeque::new();
+    let mut last_probe = Instant::now();
     loop {
         // Refusals and admissions, under the queue's lock.
         let admitted: Vec<Job> = {
@@ -199,6 +200,18 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
                 }
                 // idle: no tokens in the last seconds
                 cx.metrics.tokens_per_second.set(tokens_per_second(&mut recent, Instant::now()));
+                // A device whose latest pass failed keeps `/health` at 503, which keeps traffic away: an idle
+                // server checks it with a pass of its own now and then (slot 0's position 0, which the next
+                // session's prompt writes again), so that a device that works again takes requests again.
+                if cx.metrics.device_error().is_some() && last_probe.elapsed() >= DEVICE_PROBE_INTERVAL {
+                    drop(q);
+                    let result = slots.step_rows(&[SlotRow { slot: 0, position: 0, token: 0 }]);
+                    cx.metrics.passes.with_label_values(&["probe"]).inc();
+                    cx.metrics.device_pass(&result);
+                    cx.device_counters(slots, &mut last_counters);
+                    last_probe = Instant::now();
+                    continue;
+                }
                 let _unused = cx.wake_wait(q);
                 continue;
             }
@@ -248,6 +261,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
             let end = if len - s.position > chunk { s.position + chunk } else { len };
             let result = slots.forward_slot(s.slot, s.position, &s.job.prompt_ids[s.position..end]);
             cx.metrics.passes.with_label_values(&["prompt"]).inc();
+            cx.metrics.device_pass(&result);
             cx.device_counters(slots, &mut last_counters);
             match result {
                 Ok(logits) => {
@@ -296,6 +310,7 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
         }
         let result = slots.step_rows(&rows);
         cx.metrics.passes.with_label_values(&[if decoding > 0 { "decode" } else { "prompt" }]).inc();
+        cx.metrics.device_pass(&result);
         if decoding > 0 {
             cx.metrics.batch_size.observe(rows.len() as f64);
         }
@@ -324,6 +339,9 @@ pub fn run(slots: &mut dyn SessionSlots, context_length: usize, cx: &EngineConte
         cx.finish_turn(&active);
     }
 }
+
+/// How often an idle server checks a device whose latest pass failed.
+const DEVICE_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Generated tokens per second over the last 5 seconds (`recent`: when each token came).
 fn tokens_per_second(recent: &mut VecDeque<(Instant, usize)>, now: Instant) -> f64 {

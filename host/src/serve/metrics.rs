@@ -31,6 +31,10 @@ pub struct Metrics {
     pub device_macs: IntCounter,
     /// Cycles: the RTL's or a card's count, or the functional simulator's estimate (`estimate="true"`).
     pub device_cycles: IntCounterVec,
+    /// Passes that failed on the device (their requests got 500).
+    pub device_failures: IntCounter,
+    /// Why the device's latest pass failed; `None` while its latest pass succeeded (`/health`).
+    pub device_error: std::sync::Mutex<Option<String>>,
 }
 
 fn buckets(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -70,7 +74,7 @@ impl Metrics {
             active_sessions: gauge("opu_active_sessions", "Sessions in a slot (prefill or decode)"),
             slots: gauge("opu_session_slots", "Sessions the program holds at once (--max-sessions)"),
             batch_size: histogram("opu_batch_size", "Rows per decode pass: the sessions' next tokens, and prompt rows sharing the pass", (1..=64).map(f64::from).collect()),
-            passes: counter_vec("opu_passes_total", "Scheduler steps, by kind (prompt: a prefill batch or the rest of a prompt in the session's own passes; decode: one device pass advancing every decoding session)", &["kind"]),
+            passes: counter_vec("opu_passes_total", "Scheduler steps, by kind (prompt: a prefill batch or the rest of a prompt in the session's own passes; decode: one device pass advancing every decoding session; probe: an idle server's pass checking a device whose latest pass failed)", &["kind"]),
             tokens_per_second,
             time_to_first_token: histogram("opu_time_to_first_token_seconds", "From the request's arrival to its first token", buckets(0.01, 2.0, 16)),
             inter_token_latency: histogram("opu_inter_token_latency_seconds", "Between consecutive tokens of a request", buckets(0.001, 2.0, 16)),
@@ -81,8 +85,27 @@ impl Metrics {
             device_instructions: counter("opu_device_instructions_total", "Instructions the overlay retired"),
             device_macs: counter("opu_device_macs_total", "Multiply-accumulates the overlay performed"),
             device_cycles: counter_vec("opu_device_cycles_total", "Overlay cycles (estimate=\"true\": the functional simulator's cost model)", &["estimate"]),
+            device_failures: counter("opu_device_failures_total", "Passes that failed on the device (their requests got 500)"),
+            device_error: std::sync::Mutex::new(None),
             registry,
         }
+    }
+
+    /// A pass ended: a failure counts and is kept for `/health`, a success clears it.
+    pub fn device_pass<T>(&self, result: &anyhow::Result<T>) {
+        let mut e = self.device_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match result {
+            Ok(_) => *e = None,
+            Err(err) => {
+                self.device_failures.inc();
+                *e = Some(crate::error_report(err));
+            }
+        }
+    }
+
+    /// Why the device's latest pass failed (`None`: it succeeded, or none ran yet).
+    pub fn device_error(&self) -> Option<String> {
+        self.device_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// The text format.

@@ -190,10 +190,13 @@ fn router(state: Arc<AppState>) -> Router {
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {
-    let (status, code) = match (st.ready.get(), st.draining.load(Ordering::SeqCst)) {
-        (_, true) => ("draining", StatusCode::SERVICE_UNAVAILABLE),
-        (None, false) => ("loading", StatusCode::SERVICE_UNAVAILABLE),
-        (Some(_), false) => ("ok", StatusCode::OK),
+    let device_error = st.metrics.device_error();
+    let (status, code) = match (st.ready.get(), st.draining.load(Ordering::SeqCst), &device_error) {
+        (_, true, _) => ("draining", StatusCode::SERVICE_UNAVAILABLE),
+        (None, false, _) => ("loading", StatusCode::SERVICE_UNAVAILABLE),
+        // the device's latest pass failed: not ready until a pass succeeds again (docs/serving.md)
+        (Some(_), false, Some(_)) => ("device_error", StatusCode::SERVICE_UNAVAILABLE),
+        (Some(_), false, None) => ("ok", StatusCode::OK),
     };
     let (context, slots) = st.ready.get().copied().unwrap_or((0, 0));
     let body = serde_json::json!({
@@ -203,6 +206,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
         "context_length": context,
         "active_sessions": st.metrics.active_sessions.get(),
         "queue_length": st.queue.len(),
+        "device_error": device_error,
     });
     (code, Json(body)).into_response()
 }
