@@ -34,7 +34,7 @@ pub struct Metrics {
     /// Passes that failed on the device (their requests got 500).
     pub device_failures: IntCounter,
     /// Why the device's latest pass failed; `None` while its latest pass succeeded (`/health`).
-    pub device_error: std::sync::Mutex<Option<String>>,
+    device_error: std::sync::Mutex<Option<String>>,
 }
 
 fn buckets(start: f64, factor: f64, n: usize) -> Vec<f64> {
