@@ -177,7 +177,9 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_com
     match name {
         "reference" => {
             let (device, dev_name) = crate::reference::default_device();
-            Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), None))
+            let mut model = crate::reference::ReferenceModel::load(g, device, dev_name)?;
+            model.limit_context(opts.max_context)?;
+            Ok((Box::new(model), None))
         }
         "auto" => {
             // An OPU card first, compiled for the overlay it runs; else the reference path on a GPU if this
@@ -198,7 +200,9 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_com
             };
             let (device, dev_name) = crate::reference::default_device();
             let why = format!("auto: {no_card}; using the reference path on the {dev_name}");
-            Ok((Box::new(crate::reference::ReferenceModel::load(g, device, dev_name)?), Some(why)))
+            let mut model = crate::reference::ReferenceModel::load(g, device, dev_name)?;
+            model.limit_context(opts.max_context)?;
+            Ok((Box::new(model), Some(why)))
         }
         "sim" => {
             let threads = crate::runtime::compute_threads();

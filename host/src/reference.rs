@@ -47,6 +47,16 @@ pub fn default_device() -> (Device, &'static str) {
 }
 
 impl ReferenceModel {
+    /// Limits the context to `max` positions (`--max-context`), as the compiler sizes the overlay backends'
+    /// KV caches: at most the model's own, at least 1.
+    pub fn limit_context(&mut self, max: Option<usize>) -> Result<()> {
+        if let Some(max) = max {
+            anyhow::ensure!(max >= 1, "--max-context must be at least 1");
+            self.cfg.context_length = self.cfg.context_length.min(max);
+        }
+        Ok(())
+    }
+
     /// Loads a llama GGUF, dequantizing every tensor to f32.
     pub fn load(g: &Gguf, device: Device, device_name: &str) -> Result<Self> {
         let cfg = LlamaConfig::from_gguf(g)?;

@@ -88,3 +88,23 @@ fn eval_of_the_reference_against_itself_agrees_fully() {
     assert!(overall["mean_centered_cosine"].as_f64().unwrap() > 0.999_999);
     assert_eq!(overall["positions"], 18);
 }
+
+/// `--max-context` limits the reference path's context as it sizes the overlay backends' KV caches: the
+/// session reports it, a prompt that fills it gets one token and stops, and a longer one is refused.
+#[test]
+fn max_context_limits_the_reference_context() {
+    let path = model_path();
+    let opts = opu_compiler::CompileOptions { max_context: Some(8), ..Default::default() };
+    let mut s = Session::open_with_options(&path, "reference", &opu_hw::OverlayConfig::sim(), None, opts).unwrap();
+    assert_eq!(s.context_length(), 8);
+    let prompt: Vec<u32> = (0..8).map(|i| 100 + i).collect();
+    let gen = s.generate(&prompt, &GenerateParams { max_tokens: 4, ..Default::default() }, |_| {}).unwrap();
+    assert_eq!((gen.generated_ids.len(), gen.stop), (1, opu_host::runtime::StopReason::ContextFull));
+    let prompt: Vec<u32> = (0..9).map(|i| 100 + i).collect();
+    let e = s.generate(&prompt, &GenerateParams { max_tokens: 4, ..Default::default() }, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("9 tokens at position 0 exceed the context length 8"), "{e}");
+    // (above the model's own context: the model's)
+    let opts = opu_compiler::CompileOptions { max_context: Some(1 << 20), ..Default::default() };
+    let s = Session::open_with_options(&path, "reference", &opu_hw::OverlayConfig::sim(), None, opts).unwrap();
+    assert_eq!(s.context_length(), 8192);
+}
