@@ -162,6 +162,15 @@ impl SessionSlots for Slots<'_> {
     }
 }
 
+/// The reference path on its default device (a GPU where this build has CUDA, else the CPU), its context
+/// limited to `opts.max_context`; and the device's name.
+fn open_reference(g: &Gguf, opts: &opu_compiler::CompileOptions) -> Result<(crate::reference::ReferenceModel, &'static str)> {
+    let (device, dev_name) = crate::reference::default_device();
+    let mut model = crate::reference::ReferenceModel::load(g, device, dev_name)?;
+    model.limit_context(opts.max_context)?;
+    Ok((model, dev_name))
+}
+
 /// Backend names `open` accepts.
 pub const BACKENDS: &[&str] = &["auto", "reference", "sim", "rtl", "pcie"];
 
@@ -175,12 +184,7 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_com
         bail!("backend `{name}`: the reference path runs the dense float model and does not skip blocks; routers run on the sim and rtl backends");
     }
     match name {
-        "reference" => {
-            let (device, dev_name) = crate::reference::default_device();
-            let mut model = crate::reference::ReferenceModel::load(g, device, dev_name)?;
-            model.limit_context(opts.max_context)?;
-            Ok((Box::new(model), None))
-        }
+        "reference" => Ok((Box::new(open_reference(g, opts)?.0), None)),
         "auto" => {
             // An OPU card first, compiled for the overlay it runs; else the reference path on a GPU if this
             // build has CUDA, else on the CPU.
@@ -198,11 +202,8 @@ pub fn open(name: &str, g: &Gguf, config: &opu_hw::OverlayConfig, opts: &opu_com
                 }
                 Err(e) => e,
             };
-            let (device, dev_name) = crate::reference::default_device();
-            let why = format!("auto: {no_card}; using the reference path on the {dev_name}");
-            let mut model = crate::reference::ReferenceModel::load(g, device, dev_name)?;
-            model.limit_context(opts.max_context)?;
-            Ok((Box::new(model), Some(why)))
+            let (model, dev_name) = open_reference(g, opts)?;
+            Ok((Box::new(model), Some(format!("auto: {no_card}; using the reference path on the {dev_name}"))))
         }
         "sim" => {
             let threads = crate::runtime::compute_threads();

@@ -1,5 +1,7 @@
 //! The `opu` binary: info, asm and disasm, on the sample program kept in tests/data/.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -363,7 +365,7 @@ fn bench_reports_the_overlay_figures_at_each_config() {
 /// (SmolLM2: the tiny test models have no tokenizer; short texts keep it to seconds.)
 #[test]
 fn calibrate_and_compile_with_skip() {
-    let model = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).unwrap();
+    let model = common::smollm2();
     let head = |path: &str, n: usize| std::fs::read_to_string(path).unwrap().chars().take(n).collect::<String>();
     let (text, check) = (tmp("cal.txt"), tmp("check.txt"));
     std::fs::write(&text, head("/usr/share/common-licenses/GPL-3", 900)).unwrap();

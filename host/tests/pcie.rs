@@ -5,15 +5,15 @@
 
 mod common;
 
+use common::Emulator;
 use opu_compiler::gguf::parse_bytes;
 use opu_compiler::testing::TinyLlama;
 use opu_compiler::CompileOptions;
 use opu_host::backend::Backend;
 use opu_host::sim_backend::SimBackend;
 use opu_hw::OverlayConfig;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BDF: &str = opu_driver::emulate::DEFAULT_BDF;
@@ -30,46 +30,6 @@ fn opu() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_opu"));
     c.env("RAYON_NUM_THREADS", "1").env_remove("OPU_SYSFS_ROOT");
     c
-}
-
-/// `opu emulate` in the background, killed (SIGTERM, then SIGKILL) when dropped.
-struct Emulator {
-    child: Child,
-    root: PathBuf,
-}
-
-impl Emulator {
-    fn start(root: &Path, extra: &[&str]) -> Emulator {
-        let mut child = opu()
-            .args(["emulate", "--root", root.to_str().unwrap(), "--threads", "1"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start opu emulate");
-        // its first line says the card is ready
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert!(line.contains(&format!("emulated OPU card {BDF}")), "{line}");
-        Emulator { child, root: root.into() }
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
 }
 
 fn json(out: &std::process::Output) -> serde_json::Value {

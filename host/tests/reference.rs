@@ -1,8 +1,10 @@
 //! The reference path on the real SmolLM2 (fetched into the model cache on first use).
 
+mod common;
+
 use opu_host::backend::Backend;
 use opu_host::reference::{argmax, ReferenceModel};
-use opu_host::{cache, GenerateParams, Session};
+use opu_host::{GenerateParams, Session};
 use serde_json::Value;
 use std::sync::Once;
 
@@ -14,7 +16,7 @@ fn single_thread() {
 
 fn model_path() -> std::path::PathBuf {
     single_thread();
-    cache::fetch(cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache")
+    common::smollm2()
 }
 
 fn reference_json() -> Value {

@@ -50,8 +50,7 @@ fn decode_equal(rtl: &mut SimBackend, sim: &mut SimBackend, tokens: &[u32]) -> (
 /// SmolLM2-135M from the model cache (CI fetches it first), with one compute thread.
 fn smollm2() -> opu_compiler::gguf::Gguf {
     std::env::set_var("RAYON_NUM_THREADS", "1");
-    let path = opu_host::cache::fetch(opu_host::cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache");
-    opu_compiler::gguf::Gguf::open(&path).unwrap()
+    opu_compiler::gguf::Gguf::open(common::smollm2()).unwrap()
 }
 
 #[test]

@@ -418,16 +418,7 @@ async fn a_failing_card_turns_health_to_503() {
     let root = std::env::temp_dir().join(format!("opu-serve-card-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
-    let mut emulator = Command::new(env!("CARGO_BIN_EXE_opu"))
-        .args(["emulate", "--root", root.to_str().unwrap(), "--threads", "1"])
-        .env("RAYON_NUM_THREADS", "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // its first line says the card is ready
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(emulator.stdout.take().unwrap()), &mut line).unwrap();
-    assert!(line.contains("emulated OPU card"), "{line}");
+    let emulator = common::Emulator::start(&root, &[]);
     let s = Server::start_on("pcie", &path, &["--sysfs-root", root.to_str().unwrap(), "--device-timeout", "20", "--max-sessions", "2", "--max-context", "64"]).await;
     let complete = json!({"model": s.model, "prompt": "The capital of France is", "max_tokens": 2});
     let r = s.post("/v1/completions", &complete).await;
@@ -436,9 +427,8 @@ async fn a_failing_card_turns_health_to_503() {
     assert_eq!((h["status"].as_str(), h["device_error"].is_null(), h["slots"].as_u64()), (Some("ok"), true, Some(2)), "{h}");
     assert_eq!(s.metric("opu_device_failures_total").await, 0.0);
 
-    // the card goes away
-    assert!(Command::new("kill").args(["-TERM", &emulator.id().to_string()]).status().unwrap().success());
-    emulator.wait().unwrap();
+    // the card goes away (the emulator stops, removing its card)
+    drop(emulator);
     let r = s.post("/v1/completions", &complete).await;
     assert_eq!(r.status(), 500);
     let e: Value = r.json().await.unwrap();

@@ -1,12 +1,14 @@
 //! The `sim` backend: compiler + functional simulator, against the reference path.
 
+mod common;
+
 use opu_compiler::gguf::{parse_bytes, Gguf};
 use opu_compiler::testing::TinyLlama;
 use opu_compiler::CompileOptions;
 use opu_host::backend::Backend;
 use opu_host::reference::ReferenceModel;
 use opu_host::sim_backend::SimBackend;
-use opu_host::{cache, GenerateParams, Session};
+use opu_host::{GenerateParams, Session};
 use opu_hw::OverlayConfig;
 use serde_json::Value;
 
@@ -17,7 +19,7 @@ fn single_thread() {
 
 fn model_path() -> std::path::PathBuf {
     single_thread();
-    cache::fetch(cache::known("smollm2").unwrap(), true).expect("fetch SmolLM2 into the model cache")
+    common::smollm2()
 }
 
 fn tiny() -> Gguf {
