@@ -11,37 +11,47 @@ use common::*;
 /// `(program, RTL cycles)`. Lines separated by `;`, `end` appended.
 const RTL_CYCLES: &[(&str, u64)] = &[
     // matmul, one token (decode): exact on the RTL's schedule
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 199),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 328),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=64 w=0x1000", 844),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 311),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 584),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1676),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=1536 w=0x1000", 521),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=1536 w=0x1000", 1244),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=1536 w=0x1000", 4136),
-    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 210),
-    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 342),
-    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=64 w=0x1000", 870),
-    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 410),
-    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 875),
-    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2735),
-    ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2746),
-    ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 386),
-    ("matmul fmt=w4m out=f16 acc=1 red=set ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1681),
-    ("matmul fmt=w4 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=1536 w=0x1004", 1147),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 197),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 296),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=64 w=0x1000", 692),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 309),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 582),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1674),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=1536 w=0x1000", 519),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=1536 w=0x1000", 1242),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=1536 w=0x1000", 4134),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 208),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 310),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=64 w=0x1000", 718),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 408),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 873),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2733),
+    ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2733),
+    ("matmul fmt=w8 out=f32 ntok=1 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 310),
+    ("matmul fmt=w4m out=f16 acc=1 red=set ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1680),
+    ("matmul fmt=w4 out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=1536 w=0x1004", 1145),
     // matmul, one token, short rows: each group's capture waits for the last one's readout (which runs
     // beside the next group's compute)
-    ("matmul fmt=w4m out=f32 ntok=1 dst=0x1000 src=0 rows=128 cols=64 w=0x1000", 588),
-    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=128 w=0x1000", 858),
-    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=32 w=0x1000", 506),
+    ("matmul fmt=w4m out=f32 ntok=1 dst=0x1000 src=0 rows=128 cols=64 w=0x1000", 428),
+    ("matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=128 w=0x1000", 706),
+    ("matmul fmt=w8 out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=32 w=0x1000", 434),
     // matmul, several tokens (prefill): compute-bound groups, each token after the first losing a few cycles
     // to the readout's scratchpad accesses
-    ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 1016),
-    ("matmul fmt=w4m out=f16 ntok=16 dst=0x4000 src=0 rows=64 cols=576 w=0x1000", 3080),
-    ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 844),
-    ("matmul fmt=w4m out=f16 ntok=2 dst=0x4000 src=0 rows=128 cols=576 w=0x1000", 1096),
-    ("matmul fmt=w4m out=f16 ntok=8 dst=0x4000 src=0 rows=128 cols=1536 w=0x1000", 7150),
+    ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 960),
+    ("matmul fmt=w4m out=f16 ntok=16 dst=0x4000 src=0 rows=64 cols=576 w=0x1000", 2832),
+    ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 692),
+    ("matmul fmt=w4m out=f16 ntok=2 dst=0x4000 src=0 rows=128 cols=576 w=0x1000", 1048),
+    ("matmul fmt=w4m out=f16 ntok=8 dst=0x4000 src=0 rows=128 cols=1536 w=0x1000", 6910),
+    // (several tokens with start values, whose chunks read the old words on the compute's read port; odd rows,
+    // whose last word is half written; FP32 outputs, chunks of 4 lanes; the fused reduction)
+    ("matmul fmt=w4m out=f16 acc=1 ntok=4 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 985),
+    ("matmul fmt=w4m out=f16 acc=1 red=set ntok=8 dst=0x4000 src=0 rows=128 cols=1536 w=0x1000", 7028),
+    ("matmul fmt=w4m out=f16 acc=1 ntok=4 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 708),
+    ("matmul fmt=w4m out=f16 ntok=4 dst=0x1000 src=0 rows=63 cols=576 w=0x1000", 967),
+    ("matmul fmt=w4m out=f32 ntok=4 dst=0x4000 src=0 rows=64 cols=576 w=0x1000", 960),
+    ("matmul fmt=w4m out=f16 red=set ntok=4 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 965),
+    ("matmul fmt=w8 out=f32 acc=1 ntok=3 dst=0x4000 src=0 rows=40 cols=256 w=0x1000", 609),
+    ("matmul fmt=w4m out=f32 ntok=2 dst=0x4000 src=0 rows=64 cols=64 w=0x1000", 428),
     // matmul with F16 weights: the router's datapath in the readout, 8 columns of a lane's two rows per two
     // cycles, a chunk's lanes one after the other
     ("matmul fmt=f16 out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=64 w=0x1000", 327),
@@ -125,20 +135,20 @@ const RTL_CYCLES: &[(&str, u64)] = &[
     ("csrw csr=head_dim rs=r0 imm=16;csrw csr=kv_stride rs=r0 imm=8;csrw csr=attn_scale rs=r0 imm=0x3e000000;csrw csr=attn_heads rs=r0 imm=8;addi rd=r1 rs=r0 imm=16;attn group=1 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00", 723),
     // a matmul issued early, behind vector or attention work (its loader fills the ring meanwhile), and
     // behind a kvappend (not early: it waits for the write)
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1678),
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 842),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=576 cols=1536 w=0x1000", 8958),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 2008),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1698),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 3820),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 732),
-    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 610),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w8 out=f32 ntok=2 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 910),
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=576 w=0x1000", 1094),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1676),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 834),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=576 cols=1536 w=0x1000", 8956),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1976),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;kvappend pos=r2 ksrc=880 vsrc=976 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 1696),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;attn group=3 kvh=1 len=r1 dst=1168 q=688 k=0x4cac00 v=0x4caf00;attn group=3 kvh=2 len=r1 dst=1264 q=784 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=256 cols=576 w=0x1000", 3788),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=64 cols=576 w=0x1000", 724),
+    ("csrw csr=head_dim rs=r0 imm=64;csrw csr=kv_stride rs=r0 imm=12;csrw csr=attn_scale rs=r0 imm=0x3e000000;addi rd=r1 rs=r0 imm=8;attn group=3 kvh=0 len=r1 dst=1072 q=592 k=0x4cac00 v=0x4caf00;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=16 cols=576 w=0x1000", 608),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w8 out=f32 ntok=2 dst=0x1000 src=0 rows=64 cols=64 w=0x1000", 750),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=128 cols=576 w=0x1000", 1078),
     // (the ring's eight entries full before the compute may start: the groups then follow at the compute's
     // pace, 61 cycles each for 576 columns)
-    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=160 cols=576 w=0x1000", 1220),
-    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=192 cols=576 w=0x1000", 1314),
+    ("rmsnorm dd=f16 ds=f16 rows=1 dst=304 src=16 g=2960 n=576 eps=1e-5;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=160 cols=576 w=0x1000", 1200),
+    ("vop op=swiglu dd=f16 da=f16 db=f16 red=none rows=1 dst=1360 a=1360 b=2128 n=1536;matmul fmt=w4m out=f16 ntok=1 dst=0x1000 src=0 rows=192 cols=576 w=0x1000", 1312),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=576", 360),
     ("route pd=p0 mark=0 pos=r9 src=0x000 w=0x1010 cols=64", 232),
 ];
@@ -146,6 +156,7 @@ const RTL_CYCLES: &[(&str, u64)] = &[
 #[test]
 fn the_cycle_estimate_is_a_model_of_the_rtl() {
     let mut worst = (0.0f64, "");
+    let mut off = Vec::new();
     for &(program, rtl) in RTL_CYCLES {
         let mut sim = sim();
         let text = format!("{}\nend", program.replace(';', "\n"));
@@ -156,10 +167,13 @@ fn the_cycle_estimate_is_a_model_of_the_rtl() {
         eprintln!("model {:>6} RTL {:>6} {:+6.2}%  {program}", c.cycles, rtl, 100.0 * err);
         // every row, one token or several, alone or behind other work: the RTL's schedule to a few cycles
         let bound = 0.005;
-        assert!(err.abs() <= bound, "{program}: model {} cycles, RTL {rtl}", c.cycles);
+        if err.abs() > bound {
+            off.push(format!("{program}: model {} cycles, RTL {rtl}", c.cycles));
+        }
         if err.abs() > worst.0 {
             worst = (err.abs(), program);
         }
     }
     eprintln!("worst: {:.2}% ({})", 100.0 * worst.0, worst.1);
+    assert!(off.is_empty(), "{} rows off by more than 0.5%:\n{}", off.len(), off.join("\n"));
 }

@@ -24,10 +24,15 @@
 //! 4. **Store**: when a token's rows are done the accumulators go to hold registers ([`dp`]) and the array
 //!    goes on with the next token (and after a group's last token with the next group: the readout keeps
 //!    the group's rows and output offset from the capture), while the readout, 32 bytes of output at a
-//!    time, reads the old output
-//!    words (the `acc=1` start value, and the neighbours a partial word keeps), adds each start value onto
-//!    its accumulator (`WideAcc::add_f16` / `add_f32`: the sum is exact, so adding it last gives the same
-//!    bits as starting from it), rounds (`round`: `WideAcc::to_f16` / `to_f32`) and writes the words back.
+//!    time (a chunk: 8 lanes of FP16 outputs, 4 of FP32), reads the old output words where the chunk needs
+//!    them (the `acc=1` start value, and with FP16 outputs of odd rows the neighbour a half-written word
+//!    keeps), adds each start value onto its accumulator (`WideAcc::add_f16` / `add_f32`: the sum is exact,
+//!    so adding it last gives the same bits as starting from it), rounds (`round`: `WideAcc::to_f16` /
+//!    `to_f32`) and writes the words back. The lanes go out one per cycle, chunk after chunk without a gap
+//!    (two cycles more per chunk where it reads old words): a chunk is assembled in one of two buffers
+//!    while the one before goes through the rounding, and a writer writes each buffer on the scratchpad's
+//!    write port the cycle after its last lane lands, beside the compute's reads. The hold registers are
+//!    free for the next token once the last chunk's lanes are out.
 //!
 //! 5. **Reduce** (`red`): each stored chunk's values are squared and summed (`sqsum::sqsum_stages` in the datapath) and
 //!    added to `RED[t]` of its token by a read-modify-write of the reduction file (`red=set` starts from 0
@@ -108,18 +113,21 @@ pub enum MatrixState {
 #[derive(Copy, Clone, Debug, PartialEq, LogicState)]
 pub enum OutState {
     Idle,
-    /// Read the chunk's old 32 bytes.
+    /// A chunk starts: reads its old 32 bytes where it needs them (`acc=1`, a half-written word, `fmt=f16`),
+    /// else goes on to its lanes.
     Read,
     /// The old bytes arrive.
     Old,
-    /// One lane per cycle into the rounding pipeline.
+    /// One lane per cycle into the rounding pipeline; after the chunk's last lane the next chunk's first
+    /// (where it needs no old bytes) or its read, while the pipeline carries this one's lanes on to its
+    /// buffer and the writer.
     Lanes,
     /// `fmt=f16`: the chunk's lanes computed one after the other on the router's datapath, each into the
     /// rounding pipeline as its accumulators come.
     FLanes,
-    /// The pipeline empties into the chunk.
+    /// `fmt=f16`: the pipeline empties into the chunk.
     Drain,
-    /// Write the chunk.
+    /// `fmt=f16`: write the chunk.
     Write,
 }
 
@@ -373,10 +381,34 @@ pub struct Matrix<const WB: usize> {
     ro_gout: DFF<Bits<32>>,
     olane: DFF<Bits<4>>,
     old: DFF<Bits<256>>,
-    outc: DFF<Bits<256>>,
+    /// The chunks being assembled, two so that a chunk's lanes go in while the one before still goes
+    /// through the rounding and out to its write: the buffer of the chunk being issued, and per buffer
+    /// the words' bytes and what the writer needs (taken at the chunk's last lane): its scratchpad byte,
+    /// the words to write, the rows the reduction sums, its token and `red=set` first flag.
+    obuf: DFF<Bit>,
+    outc0: DFF<Bits<256>>,
+    outc1: DFF<Bits<256>>,
+    wb_byte0: DFF<Bits<32>>,
+    wb_byte1: DFF<Bits<32>>,
+    wb_mask0: DFF<Bits<8>>,
+    wb_mask1: DFF<Bits<8>>,
+    wb_sq0: DFF<Bits<16>>,
+    wb_sq1: DFF<Bits<16>>,
+    wb_tok0: DFF<Bits<6>>,
+    wb_tok1: DFF<Bits<6>>,
+    wb_first0: DFF<Bit>,
+    wb_first1: DFF<Bit>,
+    /// The writer: a chunk's last lane was placed last cycle, its buffer is written now.
+    wr_go: DFF<Bit>,
+    wr_b: DFF<Bit>,
     /// Pipeline: hold-register values with the old words, then the sums into the rounding.
     p1_v: DFF<Bit>,
     p1_j: DFF<Bits<4>>,
+    /// Carried with each lane: its chunk's buffer, whether it is the chunk's last lane (the writer's cue)
+    /// and whether its row 1 exists (`_b`, `_l`, `_r`; the rounding's stages as bits, newest low).
+    p1_b: DFF<Bit>,
+    p1_l: DFF<Bit>,
+    p1_r: DFF<Bit>,
     p1_a0: DFF<Bits<ACC_BITS>>,
     p1_a1: DFF<Bits<ACC_BITS>>,
     p1_n0: DFF<Bit>,
@@ -387,6 +419,9 @@ pub struct Matrix<const WB: usize> {
     /// decode and shift, then the 96-bit add, were 9.5 ns in one).
     pa_v: DFF<Bit>,
     pa_j: DFF<Bits<4>>,
+    pa_b: DFF<Bit>,
+    pa_l: DFF<Bit>,
+    pa_r: DFF<Bit>,
     pa_a0: DFF<Bits<ACC_BITS>>,
     pa_a1: DFF<Bits<ACC_BITS>>,
     pa_i0: DFF<Bits<ACC_BITS>>,
@@ -395,6 +430,9 @@ pub struct Matrix<const WB: usize> {
     pa_n1: DFF<Bit>,
     p2_v: DFF<Bit>,
     p2_j: DFF<Bits<4>>,
+    p2_b: DFF<Bit>,
+    p2_l: DFF<Bit>,
+    p2_r: DFF<Bit>,
     s0: DFF<Bits<ACC_BITS>>,
     s1: DFF<Bits<ACC_BITS>>,
     sn0: DFF<Bit>,
@@ -403,6 +441,9 @@ pub struct Matrix<const WB: usize> {
     /// newest in the low bits; the oldest (bit 3, bits 12..16) is the lane the rounding gives now.
     pr_v: DFF<Bits<4>>,
     pr_j: DFF<Bits<16>>,
+    pr_b: DFF<Bits<4>>,
+    pr_l: DFF<Bits<4>>,
+    pr_r: DFF<Bits<4>>,
     pr_out_j: Signal<Local, Bits<4>>,
     /// The fused reduction: a written chunk waits in a delay line while the sum of squares' stages run (its
     /// valid bit, token and first flag, three stages, the newest in the low bits), its sum comes (1), then its
@@ -506,7 +547,25 @@ pub struct Matrix<const WB: usize> {
     last_blk: Signal<Local, Bit>,
     last_tok: Signal<Local, Bit>,
     ro_read: Signal<Local, Bit>,
-    ro_write: Signal<Local, Bit>,
+    /// The chunks of the readout's group read their old words (`acc=1`, `fmt=f16`, or FP16 outputs of odd
+    /// rows: the last word's upper half is not an output and keeps its bytes).
+    need_old: Signal<Local, Bit>,
+    /// The lane issued this cycle is its chunk's last (non-F16).
+    last_lane: Signal<Local, Bit>,
+    /// A chunk write this cycle (the writer, or `fmt=f16`'s Write) and what it writes.
+    w_fire: Signal<Local, Bit>,
+    w_byte_now: Signal<Local, Bits<32>>,
+    w_mask_now: Signal<Local, Bits<8>>,
+    w_data: Signal<Local, Bits<256>>,
+    w_sq: Signal<Local, Bits<16>>,
+    w_tok: Signal<Local, Bits<6>>,
+    w_first: Signal<Local, Bit>,
+    /// The chunk being issued: its rows' sum-of-squares mask and `red=set` first flag.
+    c_sq: Signal<Local, Bits<16>>,
+    c_first: Signal<Local, Bit>,
+    /// The lane placed this cycle: its buffer's bytes.
+    outc_cur: Signal<Local, Bits<256>>,
+    outc_new: Signal<Local, Bits<256>>,
     /// The scratchpad word of this cycle's access.
     sp_word: Signal<Local, Bits<32>>,
     next_crow: Signal<Local, Bits<16>>,
@@ -690,9 +749,26 @@ impl<const WB: usize> Matrix<WB> {
             ro_gout: Default::default(),
             olane: Default::default(),
             old: Default::default(),
-            outc: Default::default(),
+            obuf: Default::default(),
+            outc0: Default::default(),
+            outc1: Default::default(),
+            wb_byte0: Default::default(),
+            wb_byte1: Default::default(),
+            wb_mask0: Default::default(),
+            wb_mask1: Default::default(),
+            wb_sq0: Default::default(),
+            wb_sq1: Default::default(),
+            wb_tok0: Default::default(),
+            wb_tok1: Default::default(),
+            wb_first0: Default::default(),
+            wb_first1: Default::default(),
+            wr_go: Default::default(),
+            wr_b: Default::default(),
             p1_v: Default::default(),
             p1_j: Default::default(),
+            p1_b: Default::default(),
+            p1_l: Default::default(),
+            p1_r: Default::default(),
             p1_a0: Default::default(),
             p1_a1: Default::default(),
             p1_n0: Default::default(),
@@ -701,6 +777,9 @@ impl<const WB: usize> Matrix<WB> {
             p1_o1: Default::default(),
             pa_v: Default::default(),
             pa_j: Default::default(),
+            pa_b: Default::default(),
+            pa_l: Default::default(),
+            pa_r: Default::default(),
             pa_a0: Default::default(),
             pa_a1: Default::default(),
             pa_i0: Default::default(),
@@ -709,12 +788,18 @@ impl<const WB: usize> Matrix<WB> {
             pa_n1: Default::default(),
             p2_v: Default::default(),
             p2_j: Default::default(),
+            p2_b: Default::default(),
+            p2_l: Default::default(),
+            p2_r: Default::default(),
             s0: Default::default(),
             s1: Default::default(),
             sn0: Default::default(),
             sn1: Default::default(),
             pr_v: Default::default(),
             pr_j: Default::default(),
+            pr_b: Default::default(),
+            pr_l: Default::default(),
+            pr_r: Default::default(),
             pr_out_j: Default::default(),
             rqd_v: Default::default(),
             rqd_tok: Default::default(),
@@ -796,7 +881,19 @@ impl<const WB: usize> Matrix<WB> {
             last_blk: Default::default(),
             last_tok: Default::default(),
             ro_read: Default::default(),
-            ro_write: Default::default(),
+            need_old: Default::default(),
+            last_lane: Default::default(),
+            w_fire: Default::default(),
+            w_byte_now: Default::default(),
+            w_mask_now: Default::default(),
+            w_data: Default::default(),
+            w_sq: Default::default(),
+            w_tok: Default::default(),
+            w_first: Default::default(),
+            c_sq: Default::default(),
+            c_first: Default::default(),
+            outc_cur: Default::default(),
+            outc_new: Default::default(),
             sp_word: Default::default(),
             next_crow: Default::default(),
             row1_ok: Default::default(),
@@ -852,8 +949,9 @@ impl<const WB: usize> Logic for Matrix<WB> {
             self, clock, state, pc, fmt, f32o, accf, redm, ntok, dst, src, rows, cols, wline, bb, nb, rb, src_pitch, dst_pitch,
             src_len, dst_len, mac_count, trap_r, trap_code_r, trap_info_r, rd_total, rd_pend, macs_total, outstanding, rows_left,
             grows, gout, nreqs, gbytes, req_k, resp_k, tok, blk, step, xtok, xblk, woff, xlo, pf0, xf, inflight, ostate,
-            otok, ochunk_row, obyte, otok_byte, olane, old, outc, p1_v, p1_j, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
-            pa_v, pa_j, pa_a0, pa_a1, pa_i0, pa_i1, pa_n0, pa_n1, p2_v, p2_j, s0, s1, sn0, sn1, pr_v, pr_j, rqd_v, rqd_tok, rqd_first, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
+            otok, ochunk_row, obyte, otok_byte, olane, old, obuf, outc0, outc1, wb_byte0, wb_byte1, wb_mask0, wb_mask1, wb_sq0, wb_sq1,
+            wb_tok0, wb_tok1, wb_first0, wb_first1, wr_go, wr_b, p1_v, p1_j, p1_b, p1_l, p1_r, p1_a0, p1_a1, p1_n0, p1_n1, p1_o0, p1_o1,
+            pa_v, pa_j, pa_b, pa_l, pa_r, pa_a0, pa_a1, pa_i0, pa_i1, pa_n0, pa_n1, p2_v, p2_j, p2_b, p2_l, p2_r, s0, s1, sn0, sn1, pr_v, pr_j, pr_b, pr_l, pr_r, rqd_v, rqd_tok, rqd_first, rq1_v, rq1_tok, rq1_first, rq2_v, rq2_tok, rq2_first,
             rq2_sum, c_buf, lstate, l_rows_left, l_gbyte, l_grows, l_buf, ready, busy, r_buf,
             b_grows_0, b_grows_1, b_grows_2, b_grows_3, b_grows_4, b_grows_5, b_grows_6, b_grows_7,
             b_base_0, b_base_1, b_base_2, b_base_3, b_base_4, b_base_5, b_base_6, b_base_7,
@@ -1003,9 +1101,10 @@ impl<const WB: usize> Logic for Matrix<WB> {
         self.m_req.next = false;
         self.m_addr.next = bit_cast::<64, 48>((self.l_gbyte.q.val() >> 6) + (bit_cast::<48, 24>(self.req_k.q.val()) << self.beat_shift.val()));
 
-        // ---- scratchpad: the readout's accesses first, the activation reads when it leaves the port free
-        self.ro_read.next = self.ostate.q.val() == OutState::Read;
-        self.ro_write.next = self.ostate.q.val() == OutState::Write;
+        // ---- scratchpad: the readout's reads of old words first, the activation reads when it leaves the read
+        // port free; the chunks' writes go on the write port beside them
+        self.need_old.next = self.accf.q.val() | self.f16.val() | (!self.f32o.q.val() & self.ro_grows.q.val().get_bit(0));
+        self.ro_read.next = (self.ostate.q.val() == OutState::Read) & self.need_old.val();
         // the next block's two lines are read in the current block's last two steps (W4Min / W4: steps 0
         // and 1; W8: 2 and 3), so the blocks of a token follow each other without a gap
         self.next_last.next = bit_cast::<16, 11>(self.blk.q.val()) + 2 == bit_cast::<16, 11>(self.nb.q.val());
@@ -1028,12 +1127,12 @@ impl<const WB: usize> Logic for Matrix<WB> {
         if self.fd_v.q.val().get_bit(3) & self.fd_h.q.val().get_bit(3) {
             self.sp_word.next = self.fd_x.q.val().get_bits::<32>(96);
         }
-        if self.ro_read.val() | self.ro_write.val() {
+        if self.ro_read.val() {
             self.sp_word.next = self.obyte.q.val() >> 2;
         }
         self.s_raddr.next = bit_cast::<SPM_WORD_BITS, 32>(self.sp_word.val());
-        self.s_waddr.next = bit_cast::<SPM_WORD_BITS, 32>(self.sp_word.val());
-        // a chunk write: the words holding a valid row
+        // the chunk being issued: the words holding a valid row, the rows its reduction sums, whether it
+        // starts its token's `RED` (`red=set`: the first group's first chunk)
         self.cvalid.next = 0.into();
         if self.ochunk_row.q.val() < self.ro_grows.q.val() {
             self.cvalid.next = self.ro_grows.q.val() - self.ochunk_row.q.val();
@@ -1046,10 +1145,45 @@ impl<const WB: usize> Logic for Matrix<WB> {
         if self.wwords.val() < 8 {
             self.wmask.next = bit_cast::<8, 9>((bits::<9>(1) << bit_cast::<9, 16>(self.wwords.val())) - 1);
         }
+        self.sq_rows.next = self.cvalid.val();
+        if self.f32o.q.val() & (self.cvalid.val() > 8) {
+            self.sq_rows.next = 8.into();
+        }
+        if self.cvalid.val() > 16 {
+            self.sq_rows.next = 16.into();
+        }
+        self.c_sq.next = bit_cast::<16, 17>((bits::<17>(1) << bit_cast::<17, 16>(self.sq_rows.val())) - 1);
+        self.c_first.next = (self.redm.q.val() == 1) & (self.ro_gout.q.val() == 0) & (self.ochunk_row.q.val() == 0);
+        // a chunk write: the writer's (a chunk's buffer, the cycle after its last lane was placed), or
+        // `fmt=f16`'s Write of the chunk in hand
+        self.w_fire.next = self.wr_go.q.val() | (self.ostate.q.val() == OutState::Write);
+        self.w_byte_now.next = self.obyte.q.val();
+        self.w_mask_now.next = self.wmask.val();
+        self.w_data.next = self.outc0.q.val();
+        self.w_sq.next = self.c_sq.val();
+        self.w_tok.next = self.otok.q.val().get_bits::<6>(0);
+        self.w_first.next = self.c_first.val();
+        if self.wr_go.q.val() & !self.wr_b.q.val() {
+            self.w_byte_now.next = self.wb_byte0.q.val();
+            self.w_mask_now.next = self.wb_mask0.q.val();
+            self.w_sq.next = self.wb_sq0.q.val();
+            self.w_tok.next = self.wb_tok0.q.val();
+            self.w_first.next = self.wb_first0.q.val();
+        }
+        if self.wr_go.q.val() & self.wr_b.q.val() {
+            self.w_byte_now.next = self.wb_byte1.q.val();
+            self.w_mask_now.next = self.wb_mask1.q.val();
+            self.w_data.next = self.outc1.q.val();
+            self.w_sq.next = self.wb_sq1.q.val();
+            self.w_tok.next = self.wb_tok1.q.val();
+            self.w_first.next = self.wb_first1.q.val();
+        }
+        self.s_waddr.next = bit_cast::<SPM_WORD_BITS, 32>(self.w_byte_now.val() >> 2);
         self.s_we.next = 0.into();
-        self.s_wdata.next = self.outc.q.val();
-        if self.ro_write.val() {
-            self.s_we.next = self.wmask.val();
+        self.s_wdata.next = self.w_data.val();
+        if self.w_fire.val() {
+            self.s_we.next = self.w_mask_now.val();
+            self.progress.next = true;
         }
 
         // ---- checks: a violation raises the trap (one place below); the scratchpad span checked is the
@@ -1171,6 +1305,7 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 self.gout.d.next = 0.into();
                 self.otok.d.next = 0.into();
                 self.otok_byte.d.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
+                self.obuf.d.next = false;
                 self.mac_count.d.next = bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(0) * self.cols.q.val())
                     + (bit_cast::<64, 32>(self.ntr.val().get_bits::<16>(16) * self.cols.q.val()) << 16);
                 if self.w_byte.val() + self.w_len.val() > self.mem_bytes.val() {
@@ -1222,12 +1357,12 @@ impl<const WB: usize> Logic for Matrix<WB> {
             }
             MatrixState::XRead0 => {
                 // the last block of a token waits until the hold registers are free for its capture
-                if !self.ro_read.val() & !self.ro_write.val() & !(self.last_blk.val() & (self.inflight.q.val() | (self.ostate.q.val() != OutState::Idle))) {
+                if !self.ro_read.val() & !(self.last_blk.val() & (self.inflight.q.val() | (self.ostate.q.val() != OutState::Idle))) {
                     self.state.d.next = MatrixState::XRead1;
                 }
             }
             MatrixState::XRead1 => {
-                if !self.ro_read.val() & !self.ro_write.val() {
+                if !self.ro_read.val() {
                     self.xlo.d.next = self.s_rdata.val();
                     self.state.d.next = MatrixState::Step;
                     self.step.d.next = 0.into();
@@ -1246,7 +1381,7 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 }
                 self.step.d.next = self.step.q.val() + 1;
                 if self.pf_lo.val() {
-                    self.pf0.d.next = !self.ro_read.val() & !self.ro_write.val();
+                    self.pf0.d.next = !self.ro_read.val();
                 }
                 if self.last_step.val() {
                     self.step.d.next = 0.into();
@@ -1259,7 +1394,6 @@ impl<const WB: usize> Logic for Matrix<WB> {
                     if self.pf_hi.val()
                         & self.pf0.q.val()
                         & !self.ro_read.val()
-                        & !self.ro_write.val()
                         & !(self.next_last.val() & (self.inflight.q.val() | (self.ostate.q.val() != OutState::Idle)))
                     {
                         self.xlo.d.next = self.s_rdata.val();
@@ -1288,6 +1422,11 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 if !self.inflight.q.val()
                     & ((self.rows_left.q.val() != self.grows.q.val())
                         | ((self.ostate.q.val() == OutState::Idle)
+                            & !self.p1_v.q.val()
+                            & !self.pa_v.q.val()
+                            & !self.p2_v.q.val()
+                            & (self.pr_v.q.val() == 0)
+                            & !self.wr_go.q.val()
                             & (self.rqd_v.q.val() == 0)
                             & !self.rq1_v.q.val()
                             & !self.rq2_v.q.val()))
@@ -1361,6 +1500,8 @@ impl<const WB: usize> Logic for Matrix<WB> {
             self.next_crow.next = self.ochunk_row.q.val() + 8;
         }
         self.p1_v.d.next = false;
+        self.last_lane.next = (self.ostate.q.val() == OutState::Lanes)
+            & ((self.olane.q.val() == 7) | (self.f32o.q.val() & (self.olane.q.val() == 3)));
         match self.ostate.q.val() {
             OutState::Idle => {
                 if self.dp.cap.val() | self.f_kick.val() {
@@ -1372,11 +1513,20 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 }
             }
             OutState::Read => {
-                self.ostate.d.next = OutState::Old;
+                // (the old words are read now where the chunks need them)
+                self.olane.d.next = 0.into();
+                self.ostate.d.next = OutState::Lanes;
+                if self.need_old.val() {
+                    self.ostate.d.next = OutState::Old;
+                }
             }
             OutState::Old => {
                 self.old.d.next = self.s_rdata.val();
-                self.outc.d.next = self.s_rdata.val();
+                if self.obuf.q.val() {
+                    self.outc1.d.next = self.s_rdata.val();
+                } else {
+                    self.outc0.d.next = self.s_rdata.val();
+                }
                 self.olane.d.next = 0.into();
                 self.ostate.d.next = OutState::Lanes;
                 if self.f16.val() {
@@ -1398,8 +1548,43 @@ impl<const WB: usize> Logic for Matrix<WB> {
             OutState::Lanes => {
                 self.p1_v.d.next = true;
                 self.olane.d.next = self.olane.q.val() + 1;
-                if (self.olane.q.val() == 7) | (self.f32o.q.val() & (self.olane.q.val() == 3)) {
-                    self.ostate.d.next = OutState::Drain;
+                if self.last_lane.val() {
+                    // the chunk is issued: what its write needs goes with its buffer (its lanes reach the
+                    // buffer over the next 8 cycles, and the writer writes it the cycle after the last; a
+                    // chunk has 4 lanes or more, so the buffer's next chunk starts placing after that
+                    // write), and the next chunk starts at once in the other buffer
+                    if self.obuf.q.val() {
+                        self.wb_byte1.d.next = self.obyte.q.val();
+                        self.wb_mask1.d.next = self.wmask.val();
+                        self.wb_sq1.d.next = self.c_sq.val();
+                        self.wb_tok1.d.next = self.otok.q.val().get_bits::<6>(0);
+                        self.wb_first1.d.next = self.c_first.val();
+                    } else {
+                        self.wb_byte0.d.next = self.obyte.q.val();
+                        self.wb_mask0.d.next = self.wmask.val();
+                        self.wb_sq0.d.next = self.c_sq.val();
+                        self.wb_tok0.d.next = self.otok.q.val().get_bits::<6>(0);
+                        self.wb_first0.d.next = self.c_first.val();
+                    }
+                    self.obuf.d.next = !self.obuf.q.val();
+                    self.obyte.d.next = self.obyte.q.val() + 32;
+                    self.ochunk_row.d.next = self.next_crow.val();
+                    self.olane.d.next = 0.into();
+                    self.ostate.d.next = OutState::Lanes;
+                    if self.need_old.val() {
+                        self.ostate.d.next = OutState::Read;
+                    }
+                    if self.next_crow.val() >= self.ro_grows.q.val() {
+                        // the token's rows of this group are issued: the hold registers are free for the
+                        // next capture; after the group's last token the next group's first
+                        self.otok.d.next = self.otok.q.val() + 1;
+                        self.otok_byte.d.next = self.otok_byte.q.val() + self.dst_pitch.q.val();
+                        if self.otok.q.val() + 1 == self.ntok.q.val() {
+                            self.otok.d.next = 0.into();
+                            self.otok_byte.d.next = bit_cast::<32, 20>(self.dst.q.val()) << 2;
+                        }
+                        self.ostate.d.next = OutState::Idle;
+                    }
                 }
             }
             OutState::FLanes => {
@@ -1414,7 +1599,6 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 }
             }
             OutState::Write => {
-                self.progress.next = true;
                 self.obyte.d.next = self.obyte.q.val() + 32;
                 self.ochunk_row.d.next = self.next_crow.val();
                 self.ostate.d.next = OutState::Read;
@@ -1431,7 +1615,12 @@ impl<const WB: usize> Logic for Matrix<WB> {
                 }
             }
         }
-        // stage 1: the lane's accumulators and old values
+        // stage 1: the lane's accumulators and old values; its buffer, last flag and row 1 (a group of odd
+        // rows: the last lane's row 1 does not exist, its half of the word keeps the old bytes)
+        self.row1_ok.next = self.ochunk_row.q.val() + (bit_cast::<16, 4>(self.ro_j.val()) << 1) + 1 < self.ro_grows.q.val();
+        self.p1_b.d.next = self.obuf.q.val();
+        self.p1_l.d.next = self.last_lane.val();
+        self.p1_r.d.next = self.row1_ok.val();
         self.p1_j.d.next = self.olane.q.val();
         self.p1_a0.d.next = self.dp.o_acc0.val();
         self.p1_a1.d.next = self.dp.o_acc1.val();
@@ -1517,6 +1706,9 @@ impl<const WB: usize> Logic for Matrix<WB> {
         self.in1.next = self.start1.nf.val();
         self.pa_v.d.next = self.p1_v.q.val();
         self.pa_j.d.next = self.p1_j.q.val();
+        self.pa_b.d.next = self.p1_b.q.val();
+        self.pa_l.d.next = self.p1_l.q.val();
+        self.pa_r.d.next = self.p1_r.q.val();
         self.pa_a0.d.next = self.p1_a0.q.val();
         self.pa_a1.d.next = self.p1_a1.q.val();
         self.pa_i0.d.next = self.i0.val();
@@ -1525,6 +1717,9 @@ impl<const WB: usize> Logic for Matrix<WB> {
         self.pa_n1.d.next = self.p1_n1.q.val() | self.in1.val();
         self.p2_v.d.next = self.pa_v.q.val();
         self.p2_j.d.next = self.pa_j.q.val();
+        self.p2_b.d.next = self.pa_b.q.val();
+        self.p2_l.d.next = self.pa_l.q.val();
+        self.p2_r.d.next = self.pa_r.q.val();
         self.s0.d.next = self.pa_a0.q.val() + self.pa_i0.q.val();
         self.s1.d.next = self.pa_a1.q.val() + self.pa_i1.q.val();
         self.sn0.d.next = self.pa_n0.q.val();
@@ -1536,6 +1731,9 @@ impl<const WB: usize> Logic for Matrix<WB> {
         self.round1.nf.next = self.sn1.q.val();
         self.pr_v.d.next = (self.pr_v.q.val() << 1) | bit_cast::<4, 1>(self.p2_v.q.val().into());
         self.pr_j.d.next = (self.pr_j.q.val() << 4) | bit_cast::<16, 4>(self.p2_j.q.val());
+        self.pr_b.d.next = (self.pr_b.q.val() << 1) | bit_cast::<4, 1>(self.p2_b.q.val().into());
+        self.pr_l.d.next = (self.pr_l.q.val() << 1) | bit_cast::<4, 1>(self.p2_l.q.val().into());
+        self.pr_r.d.next = (self.pr_r.q.val() << 1) | bit_cast::<4, 1>(self.p2_r.q.val().into());
         self.pr_out_j.next = self.pr_j.q.val().get_bits::<4>(12);
         // placed into the chunk: FP16 pairs at word j, FP32 pairs at words 2j, 2j + 1
         self.place_sh.next = bit_cast::<9, 4>(self.pr_out_j.val()) << 5;
@@ -1546,40 +1744,40 @@ impl<const WB: usize> Logic for Matrix<WB> {
             self.place_v.next = bit_cast::<256, 32>(self.round0.f32.val()) | (bit_cast::<256, 32>(self.round1.f32.val()) << 32);
             self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) | (bit_cast::<256, 64>(self.ones32.val()) << 32);
         }
-        // a group of odd rows: the last lane's row 1 does not exist, its half of the word keeps the old bytes
-        self.row1_ok.next = self.ochunk_row.q.val() + (bit_cast::<16, 4>(self.pr_out_j.val()) << 1) + 1 < self.ro_grows.q.val();
-        if !self.row1_ok.val() {
+        if !self.pr_r.q.val().get_bit(3) {
             self.place_m.next = bit_cast::<256, 64>(self.ones32.val()) >> 16;
             if self.f32o.q.val() {
                 self.place_m.next = bit_cast::<256, 64>(self.ones32.val());
             }
         }
-        if self.pr_v.q.val().get_bit(3) {
-            self.outc.d.next = (self.outc.q.val() & !(self.place_m.val() << self.place_sh.val()))
-                | ((self.place_v.val() & self.place_m.val()) << self.place_sh.val());
+        self.outc_cur.next = self.outc0.q.val();
+        if self.pr_b.q.val().get_bit(3) {
+            self.outc_cur.next = self.outc1.q.val();
         }
+        self.outc_new.next = (self.outc_cur.val() & !(self.place_m.val() << self.place_sh.val()))
+            | ((self.place_v.val() & self.place_m.val()) << self.place_sh.val());
+        if self.pr_v.q.val().get_bit(3) {
+            if self.pr_b.q.val().get_bit(3) {
+                self.outc1.d.next = self.outc_new.val();
+            } else {
+                self.outc0.d.next = self.outc_new.val();
+            }
+        }
+        // the writer: a chunk's last lane is placed now, its buffer is written next cycle
+        self.wr_go.d.next = self.pr_v.q.val().get_bit(3) & self.pr_l.q.val().get_bit(3);
+        self.wr_b.d.next = self.pr_b.q.val().get_bit(3);
 
         // ---- the fused reduction: a chunk written now is squared and summed in the datapath (its valid rows:
         // the words of a half-written last word keep bytes that are not outputs), then read-modify-written
         // into RED of its token; `set` starts from 0 at the token's first chunk (first group, row 0)
-        self.sq_rows.next = self.cvalid.val();
-        if self.f32o.q.val() & (self.cvalid.val() > 8) {
-            self.sq_rows.next = 8.into();
-        }
-        if self.cvalid.val() > 16 {
-            self.sq_rows.next = 16.into();
-        }
-        self.dp.sq_chunk.next = self.outc.q.val();
+        self.dp.sq_chunk.next = self.w_data.val();
         self.dp.sq_f32.next = self.f32o.q.val();
-        self.dp.sq_mask.next = bit_cast::<16, 17>((bits::<17>(1) << bit_cast::<17, 16>(self.sq_rows.val())) - 1);
+        self.dp.sq_mask.next = self.w_sq.val();
         // (the sum takes `SQSUM_LATENCY` = 4 edges: the chunk's token and first flag wait three in the delay line)
         self.rqd_v.d.next = (self.rqd_v.q.val() << 1)
-            | bit_cast::<3, 1>((self.ro_write.val() & (self.redm.q.val() != 0)).into());
-        self.rqd_tok.d.next = (self.rqd_tok.q.val() << 6) | bit_cast::<18, 6>(self.otok.q.val().get_bits::<6>(0));
-        self.rqd_first.d.next = (self.rqd_first.q.val() << 1)
-            | bit_cast::<3, 1>(
-                ((self.redm.q.val() == 1) & (self.ro_gout.q.val() == 0) & (self.ochunk_row.q.val() == 0)).into(),
-            );
+            | bit_cast::<3, 1>((self.w_fire.val() & (self.redm.q.val() != 0)).into());
+        self.rqd_tok.d.next = (self.rqd_tok.q.val() << 6) | bit_cast::<18, 6>(self.w_tok.val());
+        self.rqd_first.d.next = (self.rqd_first.q.val() << 1) | bit_cast::<3, 1>(self.w_first.val().into());
         self.rq1_v.d.next = self.rqd_v.q.val().get_bit(2);
         self.rq1_tok.d.next = self.rqd_tok.q.val().get_bits::<6>(12);
         self.rq1_first.d.next = self.rqd_first.q.val().get_bit(2);
@@ -1698,6 +1896,11 @@ impl<const WB: usize> Logic for Matrix<WB> {
             self.ready.d.next = 0.into();
             self.busy.d.next = 0.into();
             self.ostate.d.next = OutState::Idle;
+            self.p1_v.d.next = false;
+            self.pa_v.d.next = false;
+            self.p2_v.d.next = false;
+            self.pr_v.d.next = 0.into();
+            self.wr_go.d.next = false;
             self.inflight.d.next = false;
             self.trap_r.d.next = false;
             self.rqd_v.d.next = 0.into();

@@ -90,18 +90,22 @@ mod rtl {
     /// `matmul`'s six check cycles before the loader starts.
     pub const MATMUL_CHECK: u64 = 6;
     /// After a token's last step, the weight feed's extra stage and the lane's pipeline (1 + 10 for W4Min,
-    /// 1 + 9 for W4 and W8) and the readout's before its first chunk, then the readout's cycles per chunk (a
-    /// lane per cycle and its read, write and drain); a readout-bound group of short rows costs them all.
+    /// 1 + 9 for W4 and W8) and the readout's before its first chunk, then per chunk a lane per cycle, and
+    /// where the chunks read their old words (`acc=1`, a half-written word) their read; a readout-bound group
+    /// of short rows costs them all. From a chunk's last lane to its write: the start values, the sum and
+    /// the rounding (the last chunk's is the `matmul`'s end).
     pub const MATMUL_TAIL: u64 = 10;
     pub const MATMUL_LANE_W4MIN: u64 = 11;
     pub const MATMUL_LANE: u64 = 10;
-    pub const MATMUL_CHUNK: u64 = 11;
+    pub const MATMUL_CHUNK_OLD: u64 = 2;
+    pub const MATMUL_WRITE: u64 = 8;
     /// After a group's last step, its last token's capture and the next group's start (which does not
     /// wait for the readout), where the next group is in the ring already (one whose last beat comes later
     /// starts when it is loaded: `ready`). Fitted on groups that follow at the compute's pace.
-    pub const MATMUL_NEXT_GROUP: u64 = 24;
-    /// A token after the first of a group loses this many cycles to the readout's scratchpad accesses.
-    pub const MATMUL_TOKEN_CONFLICT: u64 = 4;
+    pub const MATMUL_NEXT_GROUP: u64 = 22;
+    /// A readout's read of old words on a cycle the compute reads its next block's lines: the block reads
+    /// them again (`XRead0`, `XRead1`).
+    pub const MATMUL_READ_CONFLICT: i64 = 2;
     /// An early-issued `matmul`: the cycles between the issue of the last instruction it overlaps and its
     /// own (the core's decode, the queue, the unit taking it) that its loader does not run ahead.
     pub const MATMUL_EARLY_ISSUE: u64 = 4;
@@ -195,8 +199,8 @@ impl CostModel {
         use rtl::*;
         let lat = self.mem_latency;
         match *instr {
-            Instr::Matmul { fmt, out, red, ntok, rows, cols, .. } => {
-                let (cycles, compute) = self.matmul(fmt, out, red != RedMode::None, ntok, rows, cols, lead);
+            Instr::Matmul { fmt, out, acc, red, ntok, rows, cols, .. } => {
+                let (cycles, compute) = self.matmul(fmt, out, acc, red != RedMode::None, ntok, rows, cols, lead);
                 (cycles, cycles.saturating_sub(compute))
             }
             Instr::Vop { op, dd, da, db, rows, n, .. } => {
@@ -265,7 +269,8 @@ impl CostModel {
     /// `(cycles, compute steps)` of a `matmul` on the matrix unit, group by group as the RTL runs it: the
     /// cycles from when the other units are idle, the loader having started `lead` cycles before (an early
     /// issue, [`LoaderLead`]).
-    pub fn matmul(&self, fmt: WeightFormat, out: DType, red: bool, ntok: u32, rows: u32, cols: u32, lead: u64) -> (u64, u64) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(&self, fmt: WeightFormat, out: DType, acc: bool, red: bool, ntok: u32, rows: u32, cols: u32, lead: u64) -> (u64, u64) {
         use rtl::*;
         let lane = if fmt == WeightFormat::W4Min { MATMUL_LANE_W4MIN } else { MATMUL_LANE };
         let (block_bytes, steps) = match fmt {
@@ -297,6 +302,8 @@ impl CostModel {
         // when the next group's compute may start (its predecessor's last token captured), and when the
         // readout has stored the last captured token
         let (mut next_start, mut readout_end) = (0i64, 0i64);
+        // the scratchpad reads of the last token's readout (old words), which the next token's compute meets
+        let mut reads: Vec<i64> = Vec::new();
         let as_i = |c: u64| c as i64;
         for g in 0..groups {
             let grows = group.min(rows - g * group);
@@ -325,20 +332,45 @@ impl CostModel {
                 compute += ntok * lanes * 2 * pairs;
                 continue;
             }
+            // the readout's chunks read their old words (two cycles each) with `acc=1` or FP16 outputs of odd
+            // rows (a half-written last word); else a chunk follows the last one's lanes at once, and its
+            // token's first chunk takes a cycle to start. The chunks' writes go on the write port beside the
+            // compute's reads; the old words' reads take its read port.
+            let old = acc || (out == DType::F16 && grows % 2 == 1);
+            let (per_chunk, first_chunk) = if old { (chunk_lanes + MATMUL_CHUNK_OLD, 0) } else { (chunk_lanes, 1) };
             let mut t = ready.max(next_start);
-            for k in 0..ntok {
-                t += 3 + as_i((nb - 1) * steps) + if k > 0 { as_i(MATMUL_TOKEN_CONFLICT) } else { 0 };
-                // the last step's capture waits for the hold registers
+            for _ in 0..ntok {
+                // the token's compute: its start, its two first reads, then its blocks but the last (whose
+                // steps read the next block's lines: all of them at 2 steps a block, the last 2 of W8's 4); an
+                // old-word read of the previous token's readout on a step that reads makes the block after
+                // it read its lines again (2 cycles)
+                let c0 = t + 1;
+                let stream = as_i((nb - 1) * steps);
+                let mut delay = 0;
+                for &r in &reads {
+                    let p = r - c0 - 3 - delay;
+                    if (0..stream).contains(&p) && p % as_i(steps) >= as_i(steps) - 2 {
+                        delay += MATMUL_READ_CONFLICT;
+                    }
+                }
+                t += 3 + stream + delay;
+                // the last step's capture waits for the hold registers (free once the readout has issued the
+                // last token's last lane)
                 t = t.max(readout_end + 1) + as_i(steps);
-                readout_end = t + as_i(MATMUL_TAIL + lane) + chunks * as_i(MATMUL_CHUNK + chunk_lanes);
+                let first = t + as_i(MATMUL_TAIL + lane + first_chunk);
+                readout_end = first + chunks * as_i(per_chunk);
+                reads.clear();
+                if old {
+                    reads.extend((0..chunks).map(|c| first + c * as_i(per_chunk)));
+                }
             }
             release[slot] = t;
             next_start = t + as_i(MATMUL_NEXT_GROUP);
             compute += ntok * nb * steps;
         }
         let finish = match (f16, red) {
-            (false, false) => MATMUL_FINISH,
-            (false, true) => MATMUL_FINISH + MATMUL_RED_DRAIN,
+            (false, false) => MATMUL_WRITE + MATMUL_FINISH,
+            (false, true) => MATMUL_WRITE + MATMUL_FINISH + MATMUL_RED_DRAIN,
             (true, false) => MATMUL_F16_FINISH,
             (true, true) => MATMUL_F16_FINISH + MATMUL_F16_RED_DRAIN,
         };
@@ -436,8 +468,8 @@ mod tests {
         let m = CostModel::new(&OverlayConfig::sim());
         // 64 rows of 1536 W4Min columns: 4 groups of 16 x 960 bytes = 240 beats; each group costs its beats
         // plus the loader's cycle, the first also the checks and the latency, the last its compute.
-        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, false, 1, 64, 1536, 0);
-        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, false, 1, 128, 1536, 0);
+        let (c4, _) = m.matmul(WeightFormat::W4Min, DType::F16, false, false, 1, 64, 1536, 0);
+        let (c8, _) = m.matmul(WeightFormat::W4Min, DType::F16, false, false, 1, 128, 1536, 0);
         assert_eq!(c8 - c4, 4 * 241);
     }
 }
