@@ -2,7 +2,9 @@
 //!
 //!     OPU_MODEL_GGUF=/path/to/model.gguf cargo bench -p opu-host --bench serve_load
 //!
-//! Starts `opu serve --backend sim` as a child process on a free port, then:
+//! Starts `opu serve --backend sim` as a child process on a free port, compiled for the serving overlay
+//! deploy/overlays/sim-batch.toml (`OPU_SERVE_CONFIG=sim` or another preset or TOML file picks another),
+//! then:
 //!
 //! - Phase A, cost per generated token: the same 8 prompts, first one request at a time (one session),
 //!   then all 8 at once (8 sessions batched). From `GET /metrics` deltas: device bytes moved and cycles
@@ -80,9 +82,14 @@ struct Server {
     log: PathBuf,
 }
 
-/// The overlay the server compiles for: `OPU_SERVE_CONFIG` (a preset name or a TOML file), else `sim`.
+/// The overlay the server compiles for: `OPU_SERVE_CONFIG` (a preset name or a TOML file), else the serving
+/// overlay of deploy/overlays/sim-batch.toml (`sim`'s memory, 8 times its array: docs/serving.md, "What
+/// batching saves"; at `sim` itself a pass of 8 rows is bound by its 8-lane array, not by the weights).
 fn overlay() -> String {
-    std::env::var("OPU_SERVE_CONFIG").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "sim".into())
+    std::env::var("OPU_SERVE_CONFIG")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/overlays/sim-batch.toml").into())
 }
 
 impl Server {

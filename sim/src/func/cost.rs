@@ -6,8 +6,9 @@
 //!   requests a row group's 64-byte beats one per cycle, runs ahead into the other half of the weight
 //!   buffer as soon as the compute has read it, and a group's compute starts when its last beat has
 //!   arrived (one memory latency later) and the previous group's last token is captured (its readout goes
-//!   on beside the next group's compute, whose first token's capture waits for it). Exact on the RTL for
-//!   the decode shapes measured (one token), within a few percent for several tokens;
+//!   on beside the next group's compute, whose first token's capture waits for it; its reads of old words,
+//!   where a chunk needs them, make the next token's compute read a block again). Exact on the RTL for
+//!   every `matmul` measured, one token or several;
 //! - vector instructions: the unit's fixed depth plus, per chunk of 8 elements, a cycle per operand line it
 //!   reads and at least one (an FP16 line serves two chunks: [`vector_row_cycles`]), and for `rmsnorm` the
 //!   inverse root per row;
