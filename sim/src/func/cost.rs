@@ -8,7 +8,7 @@
 //!   arrived (one memory latency later) and the previous group's last token is captured (its readout goes
 //!   on beside the next group's compute, whose first token's capture waits for it; its reads of old words,
 //!   where a chunk needs them, make the next token's compute read a block again). Exact on the RTL for
-//!   every `matmul` measured, one token or several;
+//!   43 of the 44 `matmul`s measured alone, one token or several (the other 2 cycles over);
 //! - vector instructions: the unit's fixed depth plus, per chunk of 8 elements, a cycle per operand line it
 //!   reads and at least one (an FP16 line serves two chunks: [`vector_row_cycles`]), and for `rmsnorm` the
 //!   inverse root per row;
