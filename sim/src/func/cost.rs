@@ -303,9 +303,11 @@ impl CostModel {
         // when the next group's compute may start (its predecessor's last token captured), and when the
         // readout has stored the last captured token
         let (mut next_start, mut readout_end) = (0i64, 0i64);
-        // the scratchpad reads of the last token's readout (old words), which the next token's compute meets
-        let mut reads: Vec<i64> = Vec::new();
         let as_i = |c: u64| c as i64;
+        // the scratchpad reads of the last token's readout (old words), which the next token's compute meets:
+        // the first one's cycle and how many, a chunk with old words apart
+        let (mut reads_from, mut reads) = (0i64, 0i64);
+        let read_every = as_i(chunk_lanes + MATMUL_CHUNK_OLD);
         for g in 0..groups {
             let grows = group.min(rows - g * group);
             // a group's units, every lane's (docs/isa.md: the weights interleaved by lane), a partial
@@ -348,7 +350,7 @@ impl CostModel {
                 let c0 = t + 1;
                 let stream = as_i((nb - 1) * steps);
                 let mut delay = 0;
-                for &r in &reads {
+                for r in (0..reads).map(|c| reads_from + c * read_every) {
                     let p = r - c0 - 3 - delay;
                     if (0..stream).contains(&p) && p % as_i(steps) >= as_i(steps) - 2 {
                         delay += MATMUL_READ_CONFLICT;
@@ -360,10 +362,7 @@ impl CostModel {
                 t = t.max(readout_end + 1) + as_i(steps);
                 let first = t + as_i(MATMUL_TAIL + lane + first_chunk);
                 readout_end = first + chunks * as_i(per_chunk);
-                reads.clear();
-                if old {
-                    reads.extend((0..chunks).map(|c| first + c * as_i(per_chunk)));
-                }
+                (reads_from, reads) = (first, if old { chunks } else { 0 });
             }
             release[slot] = t;
             next_start = t + as_i(MATMUL_NEXT_GROUP);
